@@ -1,0 +1,131 @@
+// Package cluster holds the state that gateway nodes share: user routes,
+// node records, room membership, per-user reliable inboxes and the
+// cross-node bus. Backend is the boundary; Memory is the embedded
+// single-node implementation and Redis the clustered one. Both pass the
+// same conformance suite (package clustertest).
+//
+// Every method takes a context and must return promptly when it is done:
+// callers bound API calls to 5 s and background work to shorter periods.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrUnavailable wraps every error caused by the backend being unreachable.
+var ErrUnavailable = errors.New("cluster backend unavailable")
+
+// NodeStatus is the lifecycle state of a gateway node.
+type NodeStatus string
+
+const (
+	StatusWarming  NodeStatus = "warming"
+	StatusActive   NodeStatus = "active"
+	StatusDraining NodeStatus = "draining"
+)
+
+// NodeInfo is the record a node keeps fresh in the cluster.
+type NodeInfo struct {
+	ID          string     `json:"id"`
+	URL         string     `json:"url"`     // advertised WebSocket URL
+	APIURL      string     `json:"api_url"` // http base URL of the node (allocator, console)
+	Status      NodeStatus `json:"status"`
+	Weight      int        `json:"weight"` // 0..100; warming nodes rise to 100
+	Connections int        `json:"connections"`
+	Load        float64    `json:"load"`       // CPU use of the process, 0..1 per core
+	StartedAt   int64      `json:"started_at"` // Unix ms
+	Heartbeat   int64      `json:"heartbeat"`  // Unix ms of the last report
+	Version     string     `json:"version"`
+}
+
+// Route says that connection ConnID of User lives on Node.
+type Route struct {
+	User        string `json:"user"`
+	ConnID      string `json:"conn_id"`
+	Node        string `json:"node"`
+	ConnectedAt int64  `json:"connected_at"` // Unix ms
+}
+
+// InboxMessage is one reliable message kept for a user. Payload is opaque
+// to the backend (the gateway stores the encoded message without its seq).
+type InboxMessage struct {
+	Seq     int64
+	Payload []byte
+}
+
+// InboxRead is the answer to ReadInbox.
+type InboxRead struct {
+	Messages []InboxMessage // kept messages with seq > since, in seq order
+	GapFrom  int64          // when GapTo >= GapFrom > 0: seqs GapFrom..GapTo were dropped (limit or TTL)
+	GapTo    int64
+	LastSeq  int64 // highest seq ever assigned to the user
+	Acked    int64 // highest acknowledged seq
+}
+
+// AppendResult is the answer to AppendInbox.
+type AppendResult struct {
+	Seq    int64
+	Routes []Route // the user's live routes at the time of the append
+}
+
+// InboxOptions bound a user's inbox.
+type InboxOptions struct {
+	Limit int           // messages kept; older ones are dropped first
+	TTL   time.Duration // lifetime of each message
+}
+
+// Backend is everything a gateway node needs from the cluster.
+type Backend interface {
+	// RegisterNode creates or overwrites the node's record; Heartbeat does
+	// the same and reports whether the record had vanished since the last
+	// call (the backend lost its data): the caller then re-registers its
+	// routes and room interest.
+	RegisterNode(ctx context.Context, n NodeInfo) error
+	Heartbeat(ctx context.Context, n NodeInfo) (lost bool, err error)
+	// RemoveNode deletes the node's record and every room interest it
+	// declared (a drained node on its way out, or a survivor cleaning up
+	// after a node whose heartbeat stopped).
+	RemoveNode(ctx context.Context, id string) error
+	Nodes(ctx context.Context) ([]NodeInfo, error)
+
+	// AddRoutes registers or refreshes routes (batched: one call per many
+	// connections) with the given lifetime.
+	AddRoutes(ctx context.Context, routes []Route, ttl time.Duration) error
+	// RemoveRoute deletes the route of exactly this connection id, atomically:
+	// a route of another connection of the same user is never touched.
+	RemoveRoute(ctx context.Context, user, connID string) error
+	// UserRoutes lists the user's routes that have not expired.
+	UserRoutes(ctx context.Context, user string) ([]Route, error)
+
+	// Room membership, by user. RoomNodes lists the nodes that declared
+	// interest in a room (they hold a member's connection).
+	JoinRoom(ctx context.Context, room, user string) error
+	LeaveRoom(ctx context.Context, room, user string) error
+	RoomMembers(ctx context.Context, room string) ([]string, error)
+	UserRooms(ctx context.Context, user string) ([]string, error)
+	SetRoomInterest(ctx context.Context, node string, rooms []string, ttl time.Duration) error
+	DropRoomInterest(ctx context.Context, node string, rooms []string) error
+	RoomNodes(ctx context.Context, room string) ([]string, error)
+
+	// AppendInbox assigns the user's next seq and stores the message in one
+	// atomic step, trims the inbox to opt, and returns the seq with the
+	// user's routes. ReadInbox returns what is kept after since. Ack trims
+	// every message with seq <= seq (cumulative; never moves backwards).
+	AppendInbox(ctx context.Context, user string, payload []byte, opt InboxOptions) (AppendResult, error)
+	ReadInbox(ctx context.Context, user string, since int64, opt InboxOptions) (InboxRead, error)
+	Ack(ctx context.Context, user string, seq int64) error
+	LastSeq(ctx context.Context, user string) (int64, error)
+
+	// Bus: Send delivers payload to the named nodes' subscriptions (never
+	// to others); Broadcast to every node. Subscribe starts delivering this
+	// node's messages to handle until ctx ends; handle must not block.
+	Send(ctx context.Context, nodes []string, payload []byte) error
+	Broadcast(ctx context.Context, payload []byte) error
+	Subscribe(ctx context.Context, node string, handle func(payload []byte)) error
+
+	// Ping checks that the backend answers.
+	Ping(ctx context.Context) error
+	Close() error
+}
