@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/gateway"
+	"github.com/wsgate/wsgate/internal/metrics"
+)
+
+// runGateway parses, validates, builds and runs one node; dev runs it
+// with the embedded backend and demo auth.
+func runGateway(args []string, dev bool) int {
+	cfg := new(config.Gateway)
+	set := config.NewGatewaySet(cfg)
+	if dev {
+		set = config.NewDevSet(cfg)
+	}
+	if err := set.Load(args, os.LookupEnv); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "wsgate %s: %v\n", set.Command, err)
+		return 2
+	}
+	cfg.Finish()
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "wsgate %s: %v\n", set.Command, err)
+		return 2
+	}
+	if dev && cfg.RedisURL != "" {
+		fmt.Fprintf(os.Stderr, "wsgate dev: WSGATE_REDIS_URL is set, but dev always runs the embedded backend; use 'wsgate gateway' for a cluster\n")
+		return 2
+	}
+	lvl, _ := config.ParseLogLevel(cfg.LogLevel)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	gateway.Version = version
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "wsgate %s: WSGATE_LISTEN %q: %v\n", set.Command, cfg.Listen, err)
+		return 2
+	}
+	if cfg.AdvertiseURL == "" {
+		cfg.AdvertiseURL = config.AdvertiseURLFor(ln.Addr().String(), cfg.TLSCertFile != "")
+	}
+	checkFileLimit(log)
+	if cfg.AuthInsecure {
+		log.Warn("INSECURE: clients may connect with ?user=ID and no token (WSGATE_AUTH_INSECURE); never run this in production")
+	}
+
+	var backend cluster.Backend
+	if cfg.RedisURL == "" {
+		backend = cluster.NewMemory()
+		log.Info("embedded in-process backend: this node cannot form a cluster (set WSGATE_REDIS_URL for that)")
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rb, err := cluster.NewRedis(ctx, cluster.RedisOptions{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Replicas: cfg.ReliableReplicas, Logger: log})
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "wsgate %s: WSGATE_REDIS_URL: %v\n", set.Command, err)
+			return 2
+		}
+		backend = rb
+	}
+	defer backend.Close()
+
+	node, err := gateway.New(*cfg, backend, metrics.New(), log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "wsgate %s: %v\n", set.Command, err)
+		return 2
+	}
+	if err := node.Start(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "wsgate %s: %v\n", set.Command, err)
+		return 1
+	}
+	log.Info("gateway listening", "listen", ln.Addr().String(), "advertise", cfg.AdvertiseURL, "version", version, "dev", dev)
+	if dev {
+		fmt.Fprintf(os.Stderr, "\n  wsgate dev is up: console http://%s/  demo chat http://%s/demo\n\n", hostPort(ln.Addr().String()), hostPort(ln.Addr().String()))
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- node.Serve(ln) }()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case err := <-serveErr:
+		if err != nil {
+			log.Error("listener failed", "err", err)
+			return 1
+		}
+	case sig := <-sigs:
+		log.Info("signal received: draining", "signal", sig.String())
+		go node.Drain("signal")
+		select {
+		case <-node.Drained():
+		case <-sigs:
+			log.Warn("second signal: stopping without waiting for the drain")
+		}
+	case <-node.Drained():
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	node.Shutdown(ctx)
+	log.Info("gateway stopped")
+	return 0
+}
+
+func hostPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || host == "::" || host == "0.0.0.0" {
+		return "localhost:" + port
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// checkFileLimit raises the soft descriptor limit to the hard one and
+// reports it: every connection is a descriptor.
+func checkFileLimit(log *slog.Logger) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl)
+	}
+	if rl.Cur < 10000 {
+		log.Warn("open file limit is low: each connection needs a descriptor (raise ulimit -n)", "limit", rl.Cur)
+	} else {
+		log.Info("open file limit", "limit", rl.Cur)
+	}
+}

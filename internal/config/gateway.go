@@ -1,0 +1,203 @@
+package config
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Gateway is the configuration of one gateway node (wsgate gateway and
+// wsgate dev). The settings and defaults of CONTRACT.md §1 plus a few of
+// our own; NewGatewaySet registers them, Finish fills derived defaults and
+// Validate checks them.
+type Gateway struct {
+	Listen       string // host:port of the HTTP server
+	NodeID       string // unique node id; Finish: hostname-<6 hex>
+	AdvertiseURL string // ws(s):// URL clients use; Finish derives it from Listen
+
+	RedisURL    string // empty = embedded in-process backend (single node)
+	RedisPrefix string // prefix of every Redis key and channel
+
+	APIKey           string   // server API key; empty = API refused except in dev
+	JWTSecret        string   // HS256 secret
+	JWTPublicKeyFile string   // PEM public key, RS256 / ES256
+	JWTIssuer        string   // required iss when set
+	JWTAudience      string   // required aud when set
+	AuthInsecure     bool     // accept ?user=ID without a token
+	AllowQueryToken  bool     // accept ?token=
+	AllowedOrigins   []string // allowed Origin values, "*" = any; empty = same host
+
+	MaxMessageBytes    int
+	MaxConnsPerIP      int     // 0 = no limit
+	MaxConnsPerUser    int     // 0 = no limit, cluster-wide
+	HandshakeRatePerIP float64 // per second, 0 = no limit
+	MessageRate        float64 // client frames per second per connection, 0 = no limit
+	DevicePolicy       string  // DeviceMulti or DeviceSingle
+
+	PingInterval time.Duration
+	PongTimeout  time.Duration
+	RouteTTL     time.Duration
+	SendQueue    int
+	InboxLimit   int
+	InboxTTL     time.Duration
+	DrainTimeout time.Duration
+	DrainRate    float64 // connections per second, 0 = no pacing
+	Warmup       time.Duration
+
+	// Our own settings (not in the contract table).
+	TLSCertFile       string        // TLS on the listener: both or neither
+	TLSKeyFile        string        //
+	ReliableReplicas  int           // Redis WAIT replicas before a reliable publish is answered
+	HeartbeatInterval time.Duration // node record report period
+	LogLevel          string        // debug, info, warn, error
+	Dev               bool          // hidden: set by the dev subcommand
+}
+
+// Device policies (WSGATE_DEVICE_POLICY).
+const (
+	DeviceMulti  = "multi"
+	DeviceSingle = "single"
+)
+
+// Limits checked by Validate.
+const (
+	MinMessageBytes = 128
+	MaxMessageBytes = 16 << 20
+	MaxSendQueue    = 65536
+	MaxInboxLimit   = 100000
+)
+
+// NewGatewaySet registers every gateway setting with cfg's fields and
+// writes the defaults into cfg.
+func NewGatewaySet(cfg *Gateway) *Set {
+	s := NewSet("gateway")
+	s.Summary = "Runs one gateway node: WebSocket endpoint, server API, metrics and console."
+	registerGateway(s, cfg)
+	return s
+}
+
+// NewDevSet is NewGatewaySet for the dev subcommand: Dev is set and
+// auth-insecure defaults to true (a single embedded node, no Redis needed).
+func NewDevSet(cfg *Gateway) *Set {
+	s := NewSet("dev")
+	s.Summary = "Runs a single embedded node with demo auth, console and demo chat (no Redis needed)."
+	registerGateway(s, cfg)
+	if err := s.SetDefault("auth-insecure", "true"); err != nil {
+		panic(err)
+	}
+	cfg.Dev = true
+	return s
+}
+
+func registerGateway(s *Set, c *Gateway) {
+	s.String(&c.Listen, "listen", ":8080", "HTTP listen address (WebSocket, API, metrics, console)")
+	s.String(&c.NodeID, "node-id", "", "unique node id (letters, digits, . _ -)").
+		DefaultText("hostname-<6 random hex digits>")
+	s.String(&c.AdvertiseURL, "advertise-url", "", "the ws:// or wss:// URL clients use to reach this node").
+		DefaultText("ws://<listen host>:<port>/ws (127.0.0.1 for an empty or wildcard host)")
+	s.String(&c.RedisURL, "redis-url", "", "redis://[:password@]host:port/db (rediss:// for TLS), a comma list of Redis Cluster seeds host:port "+
+		"(or redis-cluster://[:password@]host:port,...), or redis-sentinel://[:password@]host:port[,host:port]/master[?db=N]; "+
+		"empty = embedded in-process backend (single node only)").
+		SecretURL()
+	s.String(&c.RedisPrefix, "redis-prefix", "wsgate", "prefix of every Redis key and channel (several clusters can share one Redis)")
+	s.String(&c.APIKey, "api-key", "", "key for the server API; empty = server API refused (401) except in dev").Secret()
+	s.String(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens").Secret()
+	s.String(&c.JWTPublicKeyFile, "jwt-public-key-file", "", "PEM public key file (RS256 / ES256) for client tokens")
+	s.String(&c.JWTIssuer, "jwt-issuer", "", "when set, the token's iss must match")
+	s.String(&c.JWTAudience, "jwt-audience", "", "when set, the token's aud must match")
+	s.Bool(&c.AuthInsecure, "auth-insecure", false, "accept ?user=ID without a token (for tests; logged loudly)")
+	s.Bool(&c.AllowQueryToken, "allow-query-token", true, "accept the token in the token query parameter")
+	s.List(&c.AllowedOrigins, "allowed-origins", nil, "comma list of allowed Origin values (* allows any); "+
+		"empty = an Origin header must be same-host; requests without Origin are allowed")
+	s.Int(&c.MaxMessageBytes, "max-message-bytes", 65536, "largest client frame in bytes (128 to 16 MiB)")
+	s.Int(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "concurrent connections per client IP on this node (0 = no limit)")
+	s.Int(&c.MaxConnsPerUser, "max-conns-per-user", 0, "concurrent connections per user, cluster-wide (0 = no limit)")
+	s.Float(&c.HandshakeRatePerIP, "handshake-rate-per-ip", 0, "handshakes per second per client IP on this node, burst = rate (0 = no limit)")
+	s.Float(&c.MessageRate, "message-rate", 0, "client frames per second per connection, burst = rate (0 = no limit)")
+	s.String(&c.DevicePolicy, "device-policy", DeviceMulti, "multi: a user may hold many connections; "+
+		"single: a new connection replaces the user's older ones cluster-wide")
+	s.Duration(&c.PingInterval, "ping-interval", 25*time.Second, "server WebSocket ping period")
+	s.Duration(&c.PongTimeout, "pong-timeout", 60*time.Second, "close a connection silent for this long; must exceed the ping interval")
+	s.Duration(&c.RouteTTL, "route-ttl", 90*time.Second, "lifetime of a route record that is not refreshed (at least 3 heartbeat intervals)")
+	s.Int(&c.SendQueue, "send-queue", 256, "per-connection outbound queue length (1 to 65536)")
+	s.Int(&c.InboxLimit, "inbox-limit", 100, "unacknowledged reliable messages kept per user (1 to 100000)")
+	s.Duration(&c.InboxTTL, "inbox-ttl", 24*time.Hour, "how long each unacknowledged reliable message is kept")
+	s.Duration(&c.DrainTimeout, "drain-timeout", 2*time.Minute, "how long a draining node waits for clients before closing the rest")
+	s.Float(&c.DrainRate, "drain-rate", 500, "connections per second a draining node redirects (0 = all at once)")
+	s.Duration(&c.Warmup, "warmup", 0, "time a new node spends warming with a rising weight before active")
+
+	s.String(&c.TLSCertFile, "tls-cert-file", "", "PEM certificate for TLS on the listener (with --tls-key-file)")
+	s.String(&c.TLSKeyFile, "tls-key-file", "", "PEM private key for TLS on the listener (with --tls-cert-file)")
+	s.Int(&c.ReliableReplicas, "reliable-replicas", 0, "Redis replicas (WAIT) that must have a reliable message before the publish is answered (0 = do not wait)")
+	s.Duration(&c.HeartbeatInterval, "heartbeat-interval", 2*time.Second, "period of the node record report (load, status, heartbeat)")
+	s.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	s.Bool(&c.Dev, "dev", false, "dev mode (set by the dev subcommand)").Hide()
+}
+
+// Finish fills the defaults that depend on other settings or on the
+// machine; call it after Load and before Validate. NodeID becomes
+// hostname-<6 random hex digits>; AdvertiseURL becomes
+// ws://<listen host>:<port>/ws (wss with TLS), with 127.0.0.1 for an empty
+// or wildcard host. With port 0 AdvertiseURL stays empty: the caller sets
+// it from the bound address with AdvertiseURLFor. Problems (a bad listen
+// address) are left to Validate.
+func (c *Gateway) Finish() {
+	if c.NodeID == "" {
+		c.NodeID = defaultNodeID()
+	}
+	if c.AdvertiseURL == "" {
+		c.AdvertiseURL = AdvertiseURLFor(c.Listen, c.TLSCertFile != "")
+	}
+}
+
+// AdvertiseURLFor returns ws://host:port/ws (wss:// when tls) for a listen
+// address, with 127.0.0.1 for an empty or wildcard host; "" when addr has
+// no usable port (port 0 or unparsable).
+func AdvertiseURLFor(addr string, tls bool) string {
+	host, port, err := splitListen(addr)
+	if err != nil || port == 0 {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	scheme := "ws"
+	if tls {
+		scheme = "wss"
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/ws"
+}
+
+// hostname is os.Hostname, replaced in tests.
+var hostname = defaultHostname
+
+var defaultHostname = os.Hostname
+
+// defaultNodeID returns the host name (reduced to the characters a node id
+// may hold) plus "-" and 6 random hex digits.
+func defaultNodeID() string {
+	h, err := hostname()
+	if err != nil || h == "" {
+		h = "wsgate"
+	}
+	h = strings.Map(func(r rune) rune {
+		if nodeIDRune(r) {
+			return r
+		}
+		return '-'
+	}, h)
+	if len(h) > 64 {
+		h = h[:64]
+	}
+	var b [3]byte
+	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
+	return h + "-" + hex.EncodeToString(b[:])
+}
+
+func nodeIDRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+}

@@ -1,0 +1,103 @@
+package config
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Validate checks every setting and returns the first problem as one line
+// starting with the environment name of the setting, e.g.
+// "WSGATE_PONG_TIMEOUT (10s) must exceed WSGATE_PING_INTERVAL (25s)".
+// Call it after Finish. The dev subcommand needs no JWT key (it has demo
+// auth). It reads nothing but the TLS and JWT key files'
+// metadata (they must exist).
+func (c *Gateway) Validate() error {
+	var v checker
+	v.listen("listen", c.Listen)
+	c.checkNodeID(&v)
+	c.checkAdvertiseURL(&v)
+	v.redisURL("redis-url", c.RedisURL)
+	v.redisPrefix("redis-prefix", c.RedisPrefix)
+
+	v.file("jwt-public-key-file", c.JWTPublicKeyFile)
+	if v.ok() && c.JWTSecret == "" && c.JWTPublicKeyFile == "" && !c.AuthInsecure && !c.Dev {
+		v.failf("%s or %s must be set to verify client tokens (or %s=true to accept ?user=ID without a token)",
+			EnvName("jwt-secret"), EnvName("jwt-public-key-file"), EnvName("auth-insecure"))
+	}
+	checkOrigins(&v, c.AllowedOrigins)
+
+	v.intRange("max-message-bytes", c.MaxMessageBytes, MinMessageBytes, MaxMessageBytes)
+	v.notNegative("max-conns-per-ip", c.MaxConnsPerIP)
+	v.notNegative("max-conns-per-user", c.MaxConnsPerUser)
+	v.rate("handshake-rate-per-ip", c.HandshakeRatePerIP)
+	v.rate("message-rate", c.MessageRate)
+	v.oneOf("device-policy", c.DevicePolicy, DeviceMulti, DeviceSingle)
+
+	v.positive("ping-interval", c.PingInterval)
+	v.positive("pong-timeout", c.PongTimeout)
+	if v.ok() && c.PongTimeout <= c.PingInterval {
+		v.failf("%s (%s) must exceed %s (%s)", EnvName("pong-timeout"), formatDuration(c.PongTimeout),
+			EnvName("ping-interval"), formatDuration(c.PingInterval))
+	}
+	v.positive("route-ttl", c.RouteTTL)
+	v.positive("heartbeat-interval", c.HeartbeatInterval)
+	if v.ok() && c.RouteTTL < 3*c.HeartbeatInterval {
+		v.failf("%s (%s) must be at least 3 x %s (%s)", EnvName("route-ttl"), formatDuration(c.RouteTTL),
+			EnvName("heartbeat-interval"), formatDuration(c.HeartbeatInterval))
+	}
+	v.intRange("send-queue", c.SendQueue, 1, MaxSendQueue)
+	v.intRange("inbox-limit", c.InboxLimit, 1, MaxInboxLimit)
+	v.positive("inbox-ttl", c.InboxTTL)
+	v.positive("drain-timeout", c.DrainTimeout)
+	v.rate("drain-rate", c.DrainRate)
+	v.notNegativeDur("warmup", c.Warmup)
+
+	v.bothOrNeither("tls-cert-file", c.TLSCertFile, "tls-key-file", c.TLSKeyFile)
+	v.file("tls-cert-file", c.TLSCertFile)
+	v.file("tls-key-file", c.TLSKeyFile)
+	if v.ok() && c.ReliableReplicas < 0 {
+		v.failf("%s (%d) must not be negative (0 = do not wait)", EnvName("reliable-replicas"), c.ReliableReplicas)
+	}
+	v.logLevel("log-level", c.LogLevel)
+	return v.err
+}
+
+func (c *Gateway) checkNodeID(v *checker) {
+	switch {
+	case !v.ok():
+	case c.NodeID == "":
+		v.failf("%s must not be empty", EnvName("node-id"))
+	case len(c.NodeID) > 128:
+		v.failf("%s is longer than 128 characters", EnvName("node-id"))
+	case strings.IndexFunc(c.NodeID, func(r rune) bool { return !nodeIDRune(r) }) >= 0:
+		v.failf("%s (%q) may hold only letters, digits, '.', '_' and '-'", EnvName("node-id"), c.NodeID)
+	}
+}
+
+func (c *Gateway) checkAdvertiseURL(v *checker) {
+	if !v.ok() || c.AdvertiseURL == "" {
+		return
+	}
+	u, err := url.Parse(c.AdvertiseURL)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		v.failf("%s (%q) must be a ws:// or wss:// URL with a host, e.g. ws://10.0.0.2:8080/ws",
+			EnvName("advertise-url"), c.AdvertiseURL)
+	}
+}
+
+// checkOrigins accepts "*", "null" (the Origin of sandboxed documents) or
+// scheme://host[:port] entries (an Origin header value has no path; a
+// trailing slash is tolerated, as internal/auth ignores it).
+func checkOrigins(v *checker, origins []string) {
+	for _, o := range origins {
+		if !v.ok() || o == "*" || o == "null" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+			u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			v.failf("%s entry %q must be * or an origin scheme://host[:port], e.g. https://app.example.com",
+				EnvName("allowed-origins"), o)
+		}
+	}
+}

@@ -1,0 +1,376 @@
+package gateway
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/wsframe"
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// Connection states.
+const (
+	stResuming uint8 = iota // welcome and replay being prepared; live frames are held
+	stOpen
+	stClosing // close frame queued; waiting for it to leave and for the peer's close
+	stClosed  // descriptor closed, unregistered
+)
+
+// Message classes (contract §4.5).
+type class uint8
+
+const (
+	classChat class = iota
+	classRealtime
+	classNotify
+)
+
+func parseClass(s string) (class, bool) {
+	switch s {
+	case "", "chat":
+		return classChat, true
+	case "realtime":
+		return classRealtime, true
+	case "notify":
+		return classNotify, true
+	}
+	return 0, false
+}
+
+// conn is one client connection. It is kept small: an idle connection
+// holds no buffer (outq, wbuf and rbuf are nil) and no goroutine. Fields
+// under mu unless noted.
+type conn struct {
+	n  *Node
+	mu sync.Mutex
+
+	fd      int
+	token   netpoll.Token
+	state   uint8
+	writing bool // a writer owns the socket's output (in the pool or writing)
+	waitOut bool // a short write left wbuf; waiting for EPOLLOUT
+	format  protocol.Format
+	running bool // an inbound goroutine is processing inq
+
+	id     string
+	user   string
+	ip     string
+	claims *auth.Claims
+
+	outq [][]byte // queued frames, each a whole WebSocket frame
+	wbuf []byte   // unsent rest of a short write
+	rbuf []byte   // unparsed inbound bytes (a split frame); loop goroutine only
+	x    *connExtra
+
+	connectedAt  int64 // Unix ms
+	lastRead     int64 // Unix s; loop goroutine writes, sweep reads (atomic not needed: a stale value only delays a ping)
+	nextPing     int64 // Unix s
+	exp          int64 // Unix s, token expiry (0: none)
+	pendingSince int64 // Unix s of the first short write still pending (0: none)
+	closingSince int64 // Unix s
+	lastSeq      int64 // highest reliable seq queued on this connection
+
+	rate      auth.Bucket // inbound frame rate (loop goroutine)
+	rateSec   int64       // second of rateCount
+	rateCount int32
+	badCount  int32 // refused frames in the current minute
+	badMinute int64
+}
+
+// connExtra holds what only a busy or unusual connection needs.
+type connExtra struct {
+	frag    []byte // fragmented message being assembled (loop goroutine)
+	fragOp  byte
+	inq     []*protocol.ClientFrame // frames waiting for the inbound goroutine
+	held    []*delivery             // live deliveries held while resuming
+	catchUp bool                    // an inbox catch-up is running
+}
+
+func (c *conn) extra() *connExtra {
+	if c.x == nil {
+		c.x = &connExtra{}
+	}
+	return c.x
+}
+
+func (c *conn) logger() *slog.Logger {
+	return c.n.log.With("conn", c.id, "user", c.user)
+}
+
+// ---------------------------------------------------------------------
+// Output: bounded queue, one writer at a time, coalesced writev.
+
+// send queues a control or reply frame; these bypass the class rules but
+// still respect the queue bound (a full queue means a stuck client).
+func (c *conn) send(frame []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state >= stClosing {
+		return false
+	}
+	if len(c.outq) >= c.n.cfg.SendQueue+8 {
+		c.closeLocked(protocol.CloseSlowConsumer)
+		return false
+	}
+	c.outq = append(c.outq, frame)
+	c.kickLocked()
+	return true
+}
+
+// enqueueLocked adds a message frame under the class rules. It returns
+// false when the frame was not queued; wait is true for a notify message
+// that may be retried.
+func (c *conn) enqueueLocked(frame []byte, cl class) (ok, wait bool) {
+	if c.state >= stClosing {
+		c.n.metrics.Dropped.WithLabelValues("closed").Inc()
+		return false, false
+	}
+	if len(c.outq) >= c.n.cfg.SendQueue {
+		c.n.metrics.SendQueueFull.Inc()
+		switch cl {
+		case classRealtime:
+			c.n.metrics.Dropped.WithLabelValues("queue_full").Inc()
+			return false, false
+		case classNotify:
+			return false, true
+		default:
+			c.n.metrics.Dropped.WithLabelValues("slow_consumer").Inc()
+			c.closeLocked(protocol.CloseSlowConsumer)
+			return false, false
+		}
+	}
+	c.outq = append(c.outq, frame)
+	c.kickLocked()
+	return true, false
+}
+
+// kickLocked hands the connection to a writer unless one owns it already
+// or the socket is full (EPOLLOUT will bring it back).
+func (c *conn) kickLocked() {
+	if c.writing || c.waitOut || c.state == stResuming {
+		return
+	}
+	c.writing = true
+	select {
+	case c.n.writers <- c:
+	default:
+		// The pool is saturated: write from here rather than wait.
+		go c.flush()
+	}
+}
+
+func (n *Node) writeLoop() {
+	for c := range n.writers {
+		c.flush()
+	}
+}
+
+const maxIovecs = 512
+
+// flush writes everything queued. Only the writer that set c.writing calls
+// it. The lock is held across the non-blocking writev: it never waits, and
+// holding it keeps teardown from closing (and the kernel from reusing) the
+// descriptor under the write.
+func (c *conn) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.state == stClosed {
+			c.writing = false
+			return
+		}
+		if len(c.wbuf) > 0 {
+			n, err := unix.Write(c.fd, c.wbuf)
+			if n > 0 {
+				c.wbuf = c.wbuf[n:]
+			}
+			if err != nil && err != unix.EAGAIN && err != unix.EINTR {
+				c.writing = false
+				c.teardownLocked("write: " + err.Error())
+				return
+			}
+			if len(c.wbuf) > 0 {
+				c.waitOut = true
+				c.writing = false
+				return
+			}
+			c.wbuf = nil
+			c.pendingSince = 0
+		}
+		if len(c.outq) == 0 {
+			c.writing = false
+			if c.state == stClosing {
+				// Close frame sent: half-close so the peer sees it
+				// followed by FIN; the peer's close or the sweep ends it.
+				_ = unix.Shutdown(c.fd, unix.SHUT_WR)
+			}
+			return
+		}
+		bufs := c.outq
+		if len(bufs) > maxIovecs {
+			bufs = bufs[:maxIovecs]
+		}
+		total := 0
+		for _, b := range bufs {
+			total += len(b)
+		}
+		n, err := writev(c.fd, bufs)
+		if err != nil && err != unix.EAGAIN && err != unix.EINTR {
+			c.writing = false
+			c.teardownLocked("write: " + err.Error())
+			return
+		}
+		if n < 0 {
+			n = 0
+		}
+		c.n.metrics.Delivered.Add(float64(countMessages(bufs)))
+		rest := c.outq[len(bufs):]
+		if n < total {
+			// Keep the unsent bytes, in order, in one buffer.
+			var w []byte
+			skip := n
+			for _, b := range bufs {
+				if skip >= len(b) {
+					skip -= len(b)
+					continue
+				}
+				w = append(w, b[skip:]...)
+				skip = 0
+			}
+			c.wbuf = w
+			if c.pendingSince == 0 {
+				c.pendingSince = time.Now().Unix()
+			}
+		}
+		clear(c.outq[:len(bufs)])
+		if len(rest) == 0 {
+			c.outq = c.outq[:0]
+			if cap(c.outq) > 64 {
+				c.outq = nil
+			}
+		} else {
+			c.outq = append(c.outq[:0], rest...)
+		}
+		if len(c.wbuf) > 0 {
+			c.waitOut = true
+			c.writing = false
+			return
+		}
+	}
+}
+
+// countMessages counts message frames (text/binary) in a batch, for the
+// delivered counter; control frames are not messages.
+func countMessages(bufs [][]byte) int {
+	k := 0
+	for _, b := range bufs {
+		if len(b) > 0 && (b[0]&0x0f == wsframe.OpText || b[0]&0x0f == wsframe.OpBinary) {
+			k++
+		}
+	}
+	return k
+}
+
+// OnWritable is called by the event loop when the socket drained.
+func (c *conn) OnWritable() {
+	c.mu.Lock()
+	if !c.waitOut || c.state == stClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.waitOut = false
+	c.kickLocked()
+	c.mu.Unlock()
+}
+
+// ---------------------------------------------------------------------
+// Closing: one path.
+
+// close sends a close frame (after what is queued) and ends the
+// connection once it left; idempotent.
+func (c *conn) close(code int, reason string) {
+	c.mu.Lock()
+	c.closeWithReasonLocked(code, reason)
+	c.mu.Unlock()
+}
+
+func (c *conn) closeLocked(code int) { c.closeWithReasonLocked(code, protocol.CloseReason(code)) }
+
+func (c *conn) closeWithReasonLocked(code int, reason string) {
+	if c.state >= stClosing {
+		return
+	}
+	wasResuming := c.state == stResuming
+	c.state = stClosing
+	c.closingSince = time.Now().Unix()
+	c.n.metrics.Closes.WithLabelValues(itoa(code)).Inc()
+	c.outq = append(c.outq, wsframe.CloseFrame(code, reason))
+	if c.x != nil {
+		c.x.held = nil
+	}
+	c.logger().Info("closing connection", "code", code, "reason", reason)
+	if wasResuming || (!c.writing && !c.waitOut) {
+		c.writing = true
+		select {
+		case c.n.writers <- c:
+		default:
+			go c.flush()
+		}
+	}
+}
+
+// teardown closes the socket and forgets the connection everywhere;
+// idempotent, callable from any goroutine.
+func (c *conn) teardown(why string) {
+	c.mu.Lock()
+	c.teardownLocked(why)
+	c.mu.Unlock()
+}
+
+func (c *conn) teardownLocked(why string) {
+	if c.state == stClosed {
+		return
+	}
+	if c.state != stClosing {
+		c.n.metrics.Closes.WithLabelValues("0").Inc()
+	}
+	c.state = stClosed
+	c.n.poller.Unregister(c.fd, c.token)
+	unix.Close(c.fd)
+	c.outq, c.wbuf, c.x = nil, nil, nil
+	c.logger().Debug("connection ended", "why", why)
+	// Everything else outside the lock, off this goroutine.
+	go c.n.forget(c)
+}
+
+func writev(fd int, bufs [][]byte) (int, error) {
+	if len(bufs) == 1 {
+		return unix.Write(fd, bufs[0])
+	}
+	return unix.Writev(fd, bufs)
+}
+
+var errClosed = errors.New("connection closed")
+
+func itoa(v int) string {
+	if v >= 0 && v < 10000 {
+		var b [5]byte
+		i := len(b)
+		for {
+			i--
+			b[i] = byte('0' + v%10)
+			v /= 10
+			if v == 0 {
+				break
+			}
+		}
+		return string(b[i:])
+	}
+	return "other"
+}

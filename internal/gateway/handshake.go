@@ -1,0 +1,361 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/wsframe"
+	"github.com/wsgate/wsgate/protocol"
+)
+
+const subprotocol = "wsgate.v1"
+
+var upgrader = ws.HTTPUpgrader{
+	// Only wsgate.v1 is ever selected: a bearer.<jwt> entry is read for
+	// the token and never echoed back.
+	Protocol: func(p string) bool { return p == subprotocol },
+}
+
+// refuse answers a handshake before the upgrade (contract §3).
+func (n *Node) refuse(w http.ResponseWriter, status int, code, reason, msg string, retryAfter time.Duration) {
+	n.metrics.HandshakeRejected.WithLabelValues(reason).Inc()
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		secs := int((retryAfter + time.Second - 1) / time.Second)
+		if secs < 1 {
+			secs = 1
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+	}
+	writeError(w, status, code, msg)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]protocol.ErrorBody{"error": {Code: code, Message: msg}})
+}
+
+func isUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet &&
+		headerHasToken(r.Header, "Connection", "upgrade") &&
+		headerHasToken(r.Header, "Upgrade", "websocket") &&
+		r.Header.Get("Sec-WebSocket-Version") == "13" &&
+		r.Header.Get("Sec-WebSocket-Key") != ""
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tokenFrom reads the client token: Authorization header, then a
+// bearer.<jwt> subprotocol entry, then the token query parameter.
+func (n *Node) tokenFrom(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); a != "" {
+		if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+			return strings.TrimSpace(a[7:])
+		}
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); strings.HasPrefix(p, "bearer.") {
+				return p[len("bearer."):]
+			}
+		}
+	}
+	if n.cfg.AllowQueryToken {
+		return r.URL.Query().Get("token")
+	}
+	return ""
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// serveWS runs every check of contract §3 before the upgrade, then hands
+// the socket to the event loop.
+func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
+	if !isUpgrade(r) {
+		n.refuse(w, http.StatusBadRequest, "bad_request", "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)", 0)
+		return
+	}
+	if !n.Ready() {
+		n.refuse(w, http.StatusServiceUnavailable, "unavailable", "unavailable", "node not accepting connections ("+n.notReadyReason()+")", 5*time.Second)
+		return
+	}
+	if !n.origins.Allow(r) {
+		n.refuse(w, http.StatusForbidden, "origin_forbidden", "origin_forbidden", "Origin "+r.Header.Get("Origin")+" is not allowed", 0)
+		return
+	}
+	ip := clientIP(r)
+	if ok, after := n.hsLimiter.Allow(ip, time.Now()); !ok {
+		n.refuse(w, http.StatusTooManyRequests, "rate_limited", "rate_limited", "too many handshakes from "+ip, after)
+		return
+	}
+	q := r.URL.Query()
+	format, err := protocol.ParseFormat(q.Get("format"))
+	if err != nil {
+		n.refuse(w, http.StatusBadRequest, "bad_request", "bad_request", err.Error(), 0)
+		return
+	}
+	since, hasSince := int64(0), false
+	if s := q.Get("since"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			n.refuse(w, http.StatusBadRequest, "bad_request", "bad_request", "since must be a non-negative integer, got "+strconv.Quote(s), 0)
+			return
+		}
+		since, hasSince = v, true
+	}
+	claims, err := n.authenticate(r)
+	if err != nil {
+		n.refuse(w, http.StatusUnauthorized, "unauthorized", "unauthorized", err.Error(), 0)
+		return
+	}
+	if !n.ipConns.Acquire(ip) {
+		n.refuse(w, http.StatusTooManyRequests, "rate_limited", "conn_limit", "too many connections from "+ip, 5*time.Second)
+		return
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			n.ipConns.Release(ip)
+		}
+	}
+	if max := n.cfg.MaxConnsPerUser; max > 0 {
+		ctx, cancel := n.bctx(r.Context())
+		routes, err := n.backend.UserRoutes(ctx, claims.Subject)
+		cancel()
+		if err != nil {
+			release()
+			n.refuse(w, http.StatusServiceUnavailable, "unavailable", "unavailable", "cluster backend unavailable", 5*time.Second)
+			return
+		}
+		if len(routes) >= max && n.cfg.DevicePolicy != config.DeviceSingle {
+			release()
+			n.refuse(w, http.StatusTooManyRequests, "rate_limited", "conn_limit", "user "+claims.Subject+" has too many connections", 5*time.Second)
+			return
+		}
+	}
+
+	netConn, rw, _, err := upgrader.Upgrade(r, w)
+	if err != nil {
+		release()
+		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
+		return // gobwas has answered 400
+	}
+	var initial []byte
+	if rw != nil && rw.Reader.Buffered() > 0 {
+		initial, _ = rw.Reader.Peek(rw.Reader.Buffered())
+		initial = append([]byte(nil), initial...)
+	}
+	fd, err := netpoll.TakeFD(netConn)
+	if err != nil {
+		release()
+		netConn.Close()
+		n.log.Error("cannot take the socket into the event loop", "err", err)
+		return
+	}
+	c := &conn{
+		n: n, fd: fd, format: format, id: n.newID(), user: claims.Subject, ip: ip, claims: claims,
+		connectedAt: time.Now().UnixMilli(), lastRead: time.Now().Unix(),
+		nextPing: time.Now().Add(n.cfg.PingInterval).Unix(),
+	}
+	released = true // the connection releases its IP slot when it ends
+	if !claims.ExpiresAt.IsZero() {
+		c.exp = claims.ExpiresAt.Unix()
+	}
+	n.metrics.ConnectionsTotal.Inc()
+	n.establish(c, since, hasSince, initial)
+}
+
+// authenticate verifies the token (or, in insecure mode, takes ?user=).
+func (n *Node) authenticate(r *http.Request) (*auth.Claims, error) {
+	tok := n.tokenFrom(r)
+	if tok == "" && n.cfg.AuthInsecure {
+		user := r.URL.Query().Get("user")
+		if err := protocol.ValidName("user", user); err != nil {
+			return nil, errUnauthorized("insecure mode: the user query parameter is required (" + err.Error() + ")")
+		}
+		return &auth.Claims{Subject: user, Rooms: []string{"*"}, Pub: []string{"user:*", "room:*"}}, nil
+	}
+	if tok == "" {
+		return nil, errUnauthorized("token missing: send Authorization: Bearer <jwt>, a bearer.<jwt> subprotocol or ?token=")
+	}
+	if n.verifier == nil {
+		return nil, errUnauthorized("token verification is not configured on this node")
+	}
+	claims, err := n.verifier.Verify(tok, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if err := protocol.ValidName("sub", claims.Subject); err != nil {
+		return nil, errUnauthorized("token " + err.Error())
+	}
+	return claims, nil
+}
+
+type errUnauthorized string
+
+func (e errUnauthorized) Error() string { return string(e) }
+
+// establish registers the upgraded connection, sends welcome, the gap and
+// the replay, then the live messages held meanwhile, and starts reading.
+func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
+	log := c.logger()
+	first := n.hub.add(c)
+	if n.cfg.DevicePolicy == config.DeviceSingle {
+		n.replaceOthers(c)
+	}
+	ctx, cancel := n.bctx(n.ctx)
+	defer cancel()
+	fail := func(what string, err error) {
+		log.Warn("connection setup failed", "step", what, "err", err)
+		c.mu.Lock()
+		c.closeWithReasonLocked(1011, "cluster backend unavailable")
+		c.mu.Unlock()
+		c.teardown("setup failed")
+	}
+	start := time.Now()
+	route := cluster.Route{User: c.user, ConnID: c.id, Node: n.cfg.NodeID, ConnectedAt: c.connectedAt}
+	err := n.backend.AddRoutes(ctx, []cluster.Route{route}, n.cfg.RouteTTL)
+	n.observe("route", start, err)
+	if err != nil {
+		fail("route", err)
+		return
+	}
+	if first {
+		start = time.Now()
+		rooms, err := n.backend.UserRooms(ctx, c.user)
+		n.observe("rooms", start, err)
+		if err != nil {
+			fail("rooms", err)
+			return
+		}
+		if added := n.hub.setRooms(c.user, rooms); len(added) > 0 {
+			start = time.Now()
+			err := n.backend.SetRoomInterest(ctx, n.cfg.NodeID, added, n.cfg.RouteTTL)
+			n.observe("rooms", start, err)
+			if err != nil {
+				fail("room interest", err)
+				return
+			}
+		}
+	}
+	start = time.Now()
+	rd, err := n.backend.ReadInbox(ctx, c.user, since, n.inboxOpts())
+	n.observe("inbox", start, err)
+	if err != nil {
+		fail("inbox", err)
+		return
+	}
+
+	welcome, _ := protocol.Encode(c.format, protocol.Welcome{
+		Type: protocol.TypeWelcome, ConnID: c.id, Node: n.cfg.NodeID, User: c.user,
+		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq,
+	})
+	c.mu.Lock()
+	if c.state != stResuming {
+		c.mu.Unlock()
+		return
+	}
+	frames := [][]byte{c.dataFrame(welcome)}
+	if rd.GapFrom > 0 && rd.GapTo >= rd.GapFrom && rd.GapTo > since {
+		from := max(rd.GapFrom, since+1)
+		gap, _ := protocol.Encode(c.format, protocol.Gap{Type: protocol.TypeGap, From: from, To: rd.GapTo, Missed: rd.GapTo - from + 1})
+		frames = append(frames, c.dataFrame(gap))
+	}
+	c.outq = append(frames, c.outq...)
+	base := rd.Acked
+	if hasSince {
+		base = min(since, rd.LastSeq)
+	}
+	c.lastSeq = max(base, rd.GapTo)
+	var held []*delivery
+	if c.x != nil {
+		held, c.x.held = c.x.held, nil
+	}
+	c.state = stOpen
+	c.queueInboxLocked(rd.Messages)
+	c.releaseLocked(held)
+	c.kickLocked()
+	tok, err := n.poller.Register(c.fd, c)
+	if err != nil {
+		c.teardownLocked("register: " + err.Error())
+		c.mu.Unlock()
+		return
+	}
+	c.token = tok
+	c.mu.Unlock()
+	log.Info("connection open", "ip", c.ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages))
+	c.feed(initial)
+}
+
+// replaceOthers closes the user's other connections (single device policy)
+// before the new route is written: locally at once, elsewhere via the bus.
+func (n *Node) replaceOthers(c *conn) {
+	for _, o := range n.hub.userConns(c.user) {
+		if o != c {
+			o.close(protocol.CloseReplaced, "replaced by a newer connection")
+		}
+	}
+	ctx, cancel := n.bctx(n.ctx)
+	defer cancel()
+	routes, err := n.backend.UserRoutes(ctx, c.user)
+	if err != nil {
+		return
+	}
+	var remote []string
+	for _, id := range routeNodes(routes) {
+		if id != n.cfg.NodeID {
+			remote = append(remote, id)
+		}
+	}
+	if len(remote) > 0 {
+		env := encodeEnvelope(envelope{Kind: kindKick, User: c.user, Except: c.id, Code: protocol.CloseReplaced, Reason: "replaced by a newer connection"}, nil)
+		_ = n.backend.Send(ctx, remote, env)
+	}
+}
+
+// forget removes an ended connection from the hub, the cluster and the
+// limits. Runs once per connection, off the lock.
+func (n *Node) forget(c *conn) {
+	emptied, found := n.hub.remove(c)
+	if !found {
+		return
+	}
+	n.ipConns.Release(c.ip)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := n.backend.RemoveRoute(ctx, c.user, c.id)
+	n.observe("route", start, err)
+	if len(emptied) > 0 {
+		n.dropInterest(emptied)
+	}
+}
+
+var _ = wsframe.PingFrame

@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/cluster"
+)
+
+// heartbeatLoop keeps the node's record fresh, notices a backend that lost
+// its data (and re-registers everything), refreshes routes and room
+// interest in batches, and removes the records of nodes that died.
+func (n *Node) heartbeatLoop() {
+	t := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer t.Stop()
+	refreshEvery := n.cfg.RouteTTL / 3
+	lastRefresh := time.Now()
+	lastCleanup := time.Now()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatInterval+2*time.Second)
+		start := time.Now()
+		lost, err := n.backend.Heartbeat(ctx, n.info())
+		n.observe("heartbeat", start, err)
+		wasHealthy := n.healthy.Swap(err == nil)
+		if err != nil {
+			if wasHealthy {
+				n.log.Warn("cluster backend unreachable; serving local connections, new ones refused until it is back", "err", err)
+			}
+			cancel()
+			continue
+		}
+		if !wasHealthy {
+			n.log.Info("cluster backend reachable again")
+		}
+		if lost || !wasHealthy || time.Since(lastRefresh) >= refreshEvery {
+			if lost {
+				n.log.Warn("cluster backend lost this node's state; registering routes and rooms again")
+			}
+			if err := n.reRegister(ctx); err == nil {
+				lastRefresh = time.Now()
+			}
+		}
+		if time.Since(lastCleanup) >= 5*n.cfg.HeartbeatInterval {
+			lastCleanup = time.Now()
+			n.cleanupDeadNodes(ctx)
+		}
+		cancel()
+	}
+}
+
+// reRegister writes every local route and room interest again, in batches.
+func (n *Node) reRegister(ctx context.Context) error {
+	conns := n.hub.all()
+	routes := make([]cluster.Route, 0, len(conns))
+	for _, c := range conns {
+		c.mu.Lock()
+		live := c.state <= stOpen
+		c.mu.Unlock()
+		if live {
+			routes = append(routes, cluster.Route{User: c.user, ConnID: c.id, Node: n.cfg.NodeID, ConnectedAt: c.connectedAt})
+		}
+	}
+	start := time.Now()
+	var err error
+	for i := 0; i < len(routes) && err == nil; i += 1000 {
+		err = n.backend.AddRoutes(ctx, routes[i:min(i+1000, len(routes))], n.cfg.RouteTTL)
+	}
+	n.observe("route", start, err)
+	if err != nil {
+		n.log.Warn("route refresh failed", "err", err)
+		return err
+	}
+	if rooms := n.hub.localRooms(); len(rooms) > 0 {
+		start = time.Now()
+		err = n.backend.SetRoomInterest(ctx, n.cfg.NodeID, rooms, n.cfg.RouteTTL)
+		n.observe("rooms", start, err)
+	}
+	return err
+}
+
+// staleAfter is when a node whose heartbeat stopped is skipped by the
+// allocator and left out of the node list.
+func (n *Node) staleAfter() time.Duration { return 3 * n.cfg.HeartbeatInterval }
+
+// cleanupDeadNodes removes the records of nodes silent for longer than the
+// route TTL (their routes have expired by then).
+func (n *Node) cleanupDeadNodes(ctx context.Context) {
+	nodes, err := n.backend.Nodes(ctx)
+	if err != nil {
+		return
+	}
+	limit := max(n.cfg.RouteTTL, 10*n.cfg.HeartbeatInterval).Milliseconds()
+	now := time.Now().UnixMilli()
+	for _, x := range nodes {
+		if x.ID != n.cfg.NodeID && now-x.Heartbeat > limit {
+			n.log.Info("removing the record of a dead node", "dead_node", x.ID, "silent_ms", now-x.Heartbeat)
+			_ = n.backend.RemoveNode(ctx, x.ID)
+		}
+	}
+}
+
+// warmupLoop raises the node's weight in steps (10, 30, 50, 70, 100 %)
+// over WSGATE_WARMUP, then makes it active.
+func (n *Node) warmupLoop() {
+	steps := []int32{10, 30, 50, 70, 100}
+	each := n.cfg.Warmup / time.Duration(len(steps)-1)
+	for _, w := range steps[1:] {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(each):
+		}
+		n.weight.Store(w)
+	}
+	if n.Status() == cluster.StatusWarming {
+		n.setStatus(cluster.StatusActive)
+		n.log.Info("warm-up done; node active")
+	}
+}
+
+func (n *Node) notReadyReason() string {
+	switch {
+	case n.draining.Load():
+		return "draining"
+	case n.Status() == cluster.StatusWarming:
+		return "warming up"
+	case !n.healthy.Load():
+		return "cluster backend unreachable"
+	}
+	return "not ready"
+}
+
+// apiURL derives a node's HTTP base URL from its WebSocket URL.
+func apiURL(wsURL string) string {
+	u, err := url.Parse(wsURL)
+	if err != nil {
+		return ""
+	}
+	switch u.Scheme {
+	case "wss":
+		u.Scheme = "https"
+	default:
+		u.Scheme = "http"
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/ws")
+	u.RawQuery = ""
+	return u.String()
+}
+
+var cpuMu sync.Mutex
+var cpuLast struct {
+	at  time.Time
+	cpu time.Duration
+	val float64
+}
+
+// cpuLoad is the process's CPU use since the previous call, in cores.
+func cpuLoad() float64 {
+	cpuMu.Lock()
+	defer cpuMu.Unlock()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	now := time.Now()
+	if !cpuLast.at.IsZero() {
+		if dt := now.Sub(cpuLast.at); dt > 100*time.Millisecond {
+			cpuLast.val = float64(cpu-cpuLast.cpu) / float64(dt)
+			cpuLast.at, cpuLast.cpu = now, cpu
+		}
+		return cpuLast.val
+	}
+	cpuLast.at, cpuLast.cpu = now, cpu
+	return 0
+}

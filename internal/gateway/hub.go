@@ -1,0 +1,195 @@
+package gateway
+
+import (
+	"sync"
+)
+
+// hub is the node's local index: its connections, grouped by user, and
+// the rooms those users are members of. Room membership is cluster state
+// (the backend); the hub keeps the part that concerns users connected
+// here, loaded when a user's first connection arrives and updated by
+// membership events.
+type hub struct {
+	n     *Node
+	mu    sync.RWMutex
+	conns map[*conn]struct{}
+	users map[string]*localUser
+	rooms map[string]map[*localUser]struct{}
+}
+
+type localUser struct {
+	id    string
+	conns []*conn
+	rooms map[string]struct{}
+}
+
+func newHub(n *Node) *hub {
+	return &hub{n: n, conns: map[*conn]struct{}{}, users: map[string]*localUser{}, rooms: map[string]map[*localUser]struct{}{}}
+}
+
+// add indexes c; first is true when it is its user's first local connection.
+func (h *hub) add(c *conn) (first bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.conns[c] = struct{}{}
+	u := h.users[c.user]
+	if u == nil {
+		u = &localUser{id: c.user}
+		h.users[c.user] = u
+		first = true
+	}
+	u.conns = append(u.conns, c)
+	h.n.metrics.Connections.Set(float64(len(h.conns)))
+	return first
+}
+
+// remove forgets c and returns the rooms that no longer have a local
+// member connection.
+func (h *hub) remove(c *conn) (emptied []string, found bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.conns[c]; !ok {
+		return nil, false
+	}
+	delete(h.conns, c)
+	h.n.metrics.Connections.Set(float64(len(h.conns)))
+	u := h.users[c.user]
+	if u == nil {
+		return nil, true
+	}
+	for i, x := range u.conns {
+		if x == c {
+			u.conns = append(u.conns[:i], u.conns[i+1:]...)
+			break
+		}
+	}
+	if len(u.conns) > 0 {
+		return nil, true
+	}
+	delete(h.users, c.user)
+	for room := range u.rooms {
+		if h.leaveLocked(u, room) {
+			emptied = append(emptied, room)
+		}
+	}
+	return emptied, true
+}
+
+// setRooms records the rooms of a locally connected user and returns the
+// rooms that gained their first local member.
+func (h *hub) setRooms(user string, rooms []string) (added []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	u := h.users[user]
+	if u == nil {
+		return nil
+	}
+	for _, r := range rooms {
+		if h.joinLocked(u, r) {
+			added = append(added, r)
+		}
+	}
+	return added
+}
+
+// join adds room to a locally connected user; added reports whether the
+// room gained its first local member. present is false when the user has
+// no connection here.
+func (h *hub) join(user, room string) (added, present bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	u := h.users[user]
+	if u == nil {
+		return false, false
+	}
+	return h.joinLocked(u, room), true
+}
+
+func (h *hub) joinLocked(u *localUser, room string) bool {
+	if u.rooms == nil {
+		u.rooms = map[string]struct{}{}
+	}
+	if _, ok := u.rooms[room]; ok {
+		return false
+	}
+	u.rooms[room] = struct{}{}
+	m := h.rooms[room]
+	if m == nil {
+		m = map[*localUser]struct{}{}
+		h.rooms[room] = m
+	}
+	m[u] = struct{}{}
+	return len(m) == 1
+}
+
+// leave removes room from a local user; emptied reports whether the room
+// lost its last local member.
+func (h *hub) leave(user, room string) (emptied bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	u := h.users[user]
+	if u == nil {
+		return false
+	}
+	return h.leaveLocked(u, room)
+}
+
+func (h *hub) leaveLocked(u *localUser, room string) bool {
+	if _, ok := u.rooms[room]; !ok {
+		return false
+	}
+	delete(u.rooms, room)
+	m := h.rooms[room]
+	delete(m, u)
+	if len(m) == 0 {
+		delete(h.rooms, room)
+		return true
+	}
+	return false
+}
+
+func (h *hub) userConns(user string) []*conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	u := h.users[user]
+	if u == nil {
+		return nil
+	}
+	return append([]*conn(nil), u.conns...)
+}
+
+func (h *hub) roomConns(room string) []*conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var out []*conn
+	for u := range h.rooms[room] {
+		out = append(out, u.conns...)
+	}
+	return out
+}
+
+func (h *hub) all() []*conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]*conn, 0, len(h.conns))
+	for c := range h.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (h *hub) count() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.conns)
+}
+
+func (h *hub) localRooms() []string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]string, 0, len(h.rooms))
+	for r := range h.rooms {
+		out = append(out, r)
+	}
+	return out
+}

@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// runInbound handles the connection's queued frames one at a time, in
+// order (an ack takes effect before the answer to the next frame). It
+// runs only while there is work: no goroutine waits on an idle socket.
+func (c *conn) runInbound() {
+	for {
+		c.mu.Lock()
+		if c.x == nil || len(c.x.inq) == 0 || c.state >= stClosing {
+			c.running = false
+			if c.x != nil {
+				c.x.inq = nil
+			}
+			c.mu.Unlock()
+			return
+		}
+		cf := c.x.inq[0]
+		c.x.inq[0] = nil
+		c.x.inq = c.x.inq[1:]
+		c.mu.Unlock()
+		c.handle(cf)
+	}
+}
+
+func (c *conn) handle(cf *protocol.ClientFrame) {
+	ctx, cancel := c.n.bctx(c.n.ctx)
+	defer cancel()
+	switch cf.Type {
+	case protocol.TypePing:
+		c.send(c.pongFrame(cf))
+	case protocol.TypeAck:
+		start := time.Now()
+		err := c.n.backend.Ack(ctx, c.user, cf.Seq)
+		c.n.observe("inbox", start, err)
+		if err != nil {
+			c.logger().Warn("ack failed", "seq", cf.Seq, "err", err)
+		}
+		if cf.ID != "" {
+			c.reply(cf.ID, err, 0)
+		}
+	case protocol.TypeJoin:
+		if !auth.AllowRoom(c.claims, cf.Room) {
+			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's rooms claim does not allow room "+cf.Room)
+			return
+		}
+		c.reply(cf.ID, c.n.JoinRoom(ctx, cf.Room, c.user), 0)
+	case protocol.TypeLeave:
+		c.reply(cf.ID, c.n.LeaveRoom(ctx, cf.Room, c.user), 0)
+	case protocol.TypePublish:
+		if !auth.AllowPublish(c.claims, cf.Target.Type, cf.Target.ID) {
+			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's pub claim does not allow "+cf.Target.Type+":"+cf.Target.ID)
+			return
+		}
+		_, err := c.n.Publish(ctx, PublishRequest{Target: *cf.Target, Event: cf.Event, Data: cf.Data, Class: "chat"})
+		c.reply(cf.ID, err, 0)
+	}
+}
+
+func (c *conn) reply(id string, err error, seq int64) {
+	if err != nil {
+		code := protocol.ErrUnavailable
+		if e, ok := err.(*APIError); ok && e.Status < 500 {
+			code = e.Code
+		}
+		c.replyRefused(id, code, err.Error())
+		return
+	}
+	b, _ := protocol.Encode(c.format, protocol.Reply{Type: protocol.TypeReply, ID: id, OK: true, Seq: seq})
+	c.send(c.dataFrame(b))
+}
+
+func (c *conn) replyRefused(id, code, msg string) {
+	b, _ := protocol.Encode(c.format, protocol.Reply{Type: protocol.TypeReply, ID: id, OK: false, Error: &protocol.ErrorBody{Code: code, Message: msg}})
+	c.send(c.dataFrame(b))
+}
+
+var _ = context.Background

@@ -1,0 +1,271 @@
+// Package gateway is one wsgate node: the WebSocket endpoint with its
+// handshake checks, the connections (read by a shared event loop, written
+// by a small writer pool from bounded per-connection queues), the local
+// index of users and rooms, delivery of published messages, the server
+// API, health, metrics and drain.
+//
+// Ownership: the Node owns every goroutine it starts (tracked by one
+// WaitGroup) and stops them in Shutdown. A connection's socket is read only
+// by its event loop, written only by the writer holding its writing flag,
+// and closed in one place (conn.teardown), idempotently.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/metrics"
+	"github.com/wsgate/wsgate/internal/netpoll"
+)
+
+// Version is set by the main package.
+var Version = "dev"
+
+// Node is one gateway process.
+type Node struct {
+	cfg     config.Gateway
+	log     *slog.Logger
+	backend cluster.Backend
+	metrics *metrics.Metrics
+
+	verifier  *auth.Verifier
+	origins   *auth.OriginPolicy
+	hsLimiter *auth.RateLimiter
+	ipConns   *auth.ConnCounter
+
+	poller  *netpoll.Poller
+	writers chan *conn
+	hub     *hub
+
+	idPrefix string
+	idSeq    atomic.Uint64
+
+	startedAt time.Time
+	status    atomic.Value // cluster.NodeStatus
+	weight    atomic.Int32
+	healthy   atomic.Bool // backend reachable (last heartbeat succeeded)
+	draining  atomic.Bool
+	drainOnce sync.Once
+	drained   chan struct{} // closed when a drain has finished
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mux *http.ServeMux
+	srv *http.Server
+	ln  net.Listener
+}
+
+// New builds a node from a validated configuration; backend is the
+// cluster state (cluster.NewMemory for a single embedded node).
+func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *slog.Logger) (*Node, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if m == nil {
+		m = metrics.New()
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       log.With("node", cfg.NodeID),
+		backend:   backend,
+		metrics:   m,
+		origins:   auth.NewOriginPolicy(cfg.AllowedOrigins),
+		hsLimiter: auth.NewRateLimiter(cfg.HandshakeRatePerIP),
+		ipConns:   auth.NewConnCounter(cfg.MaxConnsPerIP),
+		startedAt: time.Now(),
+		drained:   make(chan struct{}),
+	}
+	n.hub = newHub(n)
+	var pem []byte
+	if cfg.JWTPublicKeyFile != "" {
+		b, err := os.ReadFile(cfg.JWTPublicKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("WSGATE_JWT_PUBLIC_KEY_FILE: %w", err)
+		}
+		pem = b
+	}
+	if cfg.JWTSecret != "" || pem != nil {
+		v, err := auth.NewVerifier(auth.VerifierConfig{HMACSecret: []byte(cfg.JWTSecret), PublicKeyPEM: pem, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience})
+		if err != nil {
+			return nil, err
+		}
+		n.verifier = v
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	n.idPrefix = hex.EncodeToString(b[:])
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.status.Store(cluster.StatusActive)
+	n.weight.Store(100)
+	if cfg.Warmup > 0 {
+		n.status.Store(cluster.StatusWarming)
+		n.weight.Store(10)
+	}
+	p, err := netpoll.New(netpoll.Options{Logger: n.log})
+	if err != nil {
+		return nil, err
+	}
+	n.poller = p
+	n.writers = make(chan *conn, 1<<16)
+	for i := 0; i < max(2, runtime.GOMAXPROCS(0)); i++ {
+		n.goFunc(n.writeLoop)
+	}
+	n.mux = n.routes()
+	return n, nil
+}
+
+// goFunc starts a goroutine the node owns.
+func (n *Node) goFunc(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// Handler is the node's whole HTTP surface (WebSocket, API, metrics, web).
+func (n *Node) Handler() http.Handler { return n.mux }
+
+// Metrics returns the node's collectors.
+func (n *Node) Metrics() *metrics.Metrics { return n.metrics }
+
+// Start registers the node in the cluster, subscribes to its bus and
+// starts the background loops. It does not listen; see Serve.
+func (n *Node) Start(ctx context.Context) error {
+	n.metrics.SetStatus(string(n.Status()))
+	if err := n.backend.Subscribe(n.ctx, n.cfg.NodeID, n.onBus); err != nil {
+		return fmt.Errorf("subscribe to the cluster bus: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := n.backend.RegisterNode(cctx, n.info())
+	cancel()
+	n.healthy.Store(err == nil)
+	if err != nil {
+		n.log.Warn("cluster backend not reachable at start; serving local connections and retrying", "err", err)
+	}
+	n.goFunc(n.heartbeatLoop)
+	n.goFunc(n.sweepLoop)
+	if n.cfg.Warmup > 0 {
+		n.goFunc(n.warmupLoop)
+	}
+	return nil
+}
+
+// Serve accepts HTTP on ln until Shutdown.
+func (n *Node) Serve(ln net.Listener) error {
+	n.ln = ln
+	n.srv = &http.Server{
+		Handler:           n.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
+	}
+	if n.cfg.TLSCertFile != "" {
+		err := n.srv.ServeTLS(ln, n.cfg.TLSCertFile, n.cfg.TLSKeyFile)
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+	err := n.srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Drained is closed when a drain (signal or API) has finished; the
+// process should then exit 0.
+func (n *Node) Drained() <-chan struct{} { return n.drained }
+
+// Shutdown stops accepting, closes every connection at once with 1001 and
+// stops the node's goroutines (a drain, for graceful stops, is Drain).
+func (n *Node) Shutdown(ctx context.Context) error {
+	if n.srv != nil {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = n.srv.Shutdown(sctx)
+		cancel()
+	}
+	for _, c := range n.hub.all() {
+		c.close(1001, "node shutting down")
+	}
+	// Give close frames a moment to leave, then cut what is left.
+	deadline := time.Now().Add(time.Second)
+	for n.hub.count() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range n.hub.all() {
+		c.teardown("shutdown")
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_ = n.backend.RemoveNode(rctx, n.cfg.NodeID)
+	cancel()
+	n.cancel()
+	close(n.writers)
+	n.wg.Wait()
+	n.poller.Close()
+	return nil
+}
+
+// Status is the node's current lifecycle status.
+func (n *Node) Status() cluster.NodeStatus { return n.status.Load().(cluster.NodeStatus) }
+
+func (n *Node) setStatus(s cluster.NodeStatus) {
+	n.status.Store(s)
+	n.metrics.SetStatus(string(s))
+}
+
+// Ready reports whether the node accepts new connections.
+func (n *Node) Ready() bool {
+	return n.Status() == cluster.StatusActive && n.healthy.Load() && !n.draining.Load()
+}
+
+func (n *Node) info() cluster.NodeInfo {
+	return cluster.NodeInfo{
+		ID:          n.cfg.NodeID,
+		URL:         n.cfg.AdvertiseURL,
+		APIURL:      apiURL(n.cfg.AdvertiseURL),
+		Status:      n.Status(),
+		Weight:      int(n.weight.Load()),
+		Connections: n.hub.count(),
+		Load:        cpuLoad(),
+		StartedAt:   n.startedAt.UnixMilli(),
+		Heartbeat:   time.Now().UnixMilli(),
+		Version:     Version,
+	}
+}
+
+// newID returns a cluster-unique id: the node's random prefix and a counter.
+func (n *Node) newID() string {
+	return n.idPrefix + fmt.Sprintf("%012x", n.idSeq.Add(1))
+}
+
+// bctx bounds one backend call made on behalf of a request.
+func (n *Node) bctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, 4*time.Second)
+}
+
+// observe records a backend call's latency and error.
+func (n *Node) observe(op string, start time.Time, err error) {
+	n.metrics.BackendLatency.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil {
+		n.metrics.BackendErrors.WithLabelValues(op).Inc()
+	}
+}

@@ -1,0 +1,271 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wsgate/wsgate/internal/wsframe"
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// OnReadable is called on the connection's event loop when its socket has
+// input or hung up. buf is the loop's shared buffer.
+func (c *conn) OnReadable(buf []byte) {
+	for {
+		c.mu.Lock()
+		if c.state == stClosed {
+			c.mu.Unlock()
+			return
+		}
+		n, err := unix.Read(c.fd, buf)
+		c.mu.Unlock()
+		if n > 0 {
+			c.lastRead = time.Now().Unix()
+			if !c.consume(buf[:n]) {
+				return
+			}
+			if n < len(buf) {
+				return // the socket is drained; edge-triggered epoll reports new input
+			}
+			continue
+		}
+		if err == unix.EAGAIN || err == unix.EINTR {
+			if err == unix.EINTR {
+				continue
+			}
+			return
+		}
+		// EOF or error: the peer is gone.
+		c.teardown("read: peer closed")
+		return
+	}
+}
+
+// feed is the entry point for bytes read outside the event loop (the rest
+// of the handshake's buffer).
+func (c *conn) feed(b []byte) {
+	if len(b) > 0 {
+		c.consume(append([]byte(nil), b...))
+	}
+}
+
+// consume parses every complete frame in data (plus what was left from
+// before). It returns false once the connection is finished.
+func (c *conn) consume(data []byte) bool {
+	if len(c.rbuf) > 0 {
+		c.rbuf = append(c.rbuf, data...)
+		data = c.rbuf
+	}
+	max := int64(c.n.cfg.MaxMessageBytes)
+	for len(data) > 0 {
+		h, hs, err := wsframe.ParseHeader(data, true)
+		if err != nil {
+			c.protocolError(err.Error())
+			return false
+		}
+		if hs == 0 {
+			break // header incomplete
+		}
+		if !wsframe.IsControl(h.OpCode) {
+			total := h.Length
+			if c.x != nil && h.OpCode == wsframe.OpContinuation {
+				total += int64(len(c.x.frag))
+			}
+			if total > max {
+				c.rbuf = nil
+				c.close(protocol.CloseTooBig, "frame too big")
+				return false
+			}
+		}
+		if int64(len(data)-hs) < h.Length {
+			break // payload incomplete
+		}
+		payload := data[hs : hs+int(h.Length)]
+		wsframe.Unmask(payload, h.Mask)
+		data = data[hs+int(h.Length):]
+		if !c.onFrame(h, payload) {
+			c.rbuf = nil
+			return false
+		}
+	}
+	// Keep an incomplete frame for the next read, in a buffer of its own.
+	if len(data) == 0 {
+		c.rbuf = nil
+	} else if len(c.rbuf) == 0 || &data[0] != &c.rbuf[0] {
+		c.rbuf = append(make([]byte, 0, len(data)+512), data...)
+	} else {
+		c.rbuf = c.rbuf[:copy(c.rbuf, data)]
+	}
+	return true
+}
+
+func (c *conn) protocolError(msg string) {
+	c.logger().Info("protocol error", "err", msg)
+	c.close(1002, "protocol error")
+}
+
+// onFrame handles one complete frame; false ends reading.
+func (c *conn) onFrame(h wsframe.Header, payload []byte) bool {
+	switch h.OpCode {
+	case wsframe.OpPing:
+		c.send(wsframe.Frame(wsframe.OpPong, payload))
+		return true
+	case wsframe.OpPong:
+		return true
+	case wsframe.OpClose:
+		code := 1000
+		if len(payload) >= 2 {
+			code = int(binary.BigEndian.Uint16(payload))
+		}
+		c.mu.Lock()
+		if c.state >= stClosing {
+			// Our close was answered: done.
+			c.teardownLocked("close handshake done")
+			c.mu.Unlock()
+			return false
+		}
+		c.mu.Unlock()
+		if code == 1005 || code == 1006 || code == 1015 || code < 1000 {
+			code = 1000
+		}
+		c.close(code, "")
+		return false
+	case wsframe.OpContinuation:
+		if c.x == nil || c.x.fragOp == 0 {
+			c.protocolError("continuation without a started message")
+			return false
+		}
+		c.x.frag = append(c.x.frag, payload...)
+		if !h.Fin {
+			return true
+		}
+		op, msg := c.x.fragOp, c.x.frag
+		c.x.frag, c.x.fragOp = nil, 0
+		return c.onMessage(op, msg)
+	default: // text or binary
+		if c.x != nil && c.x.fragOp != 0 {
+			c.protocolError("new message inside a fragmented one")
+			return false
+		}
+		if !h.Fin {
+			x := c.extra()
+			x.fragOp = h.OpCode
+			x.frag = append([]byte(nil), payload...)
+			return true
+		}
+		return c.onMessage(h.OpCode, payload)
+	}
+}
+
+// onMessage handles one whole client message (payload valid only now).
+func (c *conn) onMessage(op byte, payload []byte) bool {
+	c.mu.Lock()
+	closing := c.state >= stClosing
+	c.mu.Unlock()
+	if closing {
+		return true // only the peer's close frame matters now
+	}
+	if op == wsframe.OpBinary && c.format == protocol.JSON {
+		c.n.metrics.ClientFrames.WithLabelValues("invalid").Inc()
+		c.close(protocol.ClosePolicy, "binary frame on a JSON connection")
+		return false
+	}
+	if op == wsframe.OpText && !utf8.Valid(payload) {
+		c.close(1007, "invalid UTF-8")
+		return false
+	}
+	if rate := c.n.cfg.MessageRate; rate > 0 {
+		now := time.Now()
+		sec := now.Unix()
+		if sec != c.rateSec {
+			c.rateSec, c.rateCount = sec, 0
+		}
+		c.rateCount++
+		if float64(c.rateCount) > 2*rate {
+			c.close(protocol.CloseRateLimited, "message rate exceeded")
+			return false
+		}
+		if !c.rate.Take(rate, now.UnixNano()) {
+			c.n.metrics.Dropped.WithLabelValues("rate_limited").Inc()
+			c.sendError(protocol.ErrRateLimited, "message rate exceeded; frame dropped")
+			return true
+		}
+	}
+	f := protocol.JSON
+	if op == wsframe.OpBinary {
+		f = protocol.MsgPack
+	}
+	cf, err := protocol.DecodeClient(f, payload)
+	if err != nil {
+		c.n.metrics.ClientFrames.WithLabelValues("invalid").Inc()
+		code := protocol.ErrBadFrame
+		if de, ok := err.(*protocol.DecodeError); ok {
+			code = de.Code
+		}
+		return c.refuse(code, err.Error())
+	}
+	c.n.metrics.ClientFrames.WithLabelValues(cf.Type).Inc()
+	c.mu.Lock()
+	idle := !c.running && (c.x == nil || len(c.x.inq) == 0)
+	if cf.Type == protocol.TypePing && idle && c.state == stOpen {
+		c.mu.Unlock()
+		c.send(c.pongFrame(cf))
+		return true
+	}
+	x := c.extra()
+	if len(x.inq) >= 64 {
+		c.mu.Unlock()
+		c.sendError(protocol.ErrRateLimited, "too many frames waiting; frame dropped")
+		return true
+	}
+	x.inq = append(x.inq, cf)
+	if !c.running {
+		c.running = true
+		go c.runInbound()
+	}
+	c.mu.Unlock()
+	return true
+}
+
+// refuse answers a refused frame with an error frame and closes the
+// connection with 1008 after more than 10 refusals in a minute.
+func (c *conn) refuse(code, msg string) bool {
+	minute := time.Now().Unix() / 60
+	if minute != c.badMinute {
+		c.badMinute, c.badCount = minute, 0
+	}
+	c.badCount++
+	if c.badCount > 10 {
+		c.close(protocol.ClosePolicy, "too many refused frames")
+		return false
+	}
+	c.sendError(code, msg)
+	return true
+}
+
+func (c *conn) sendError(code, msg string) {
+	b, err := protocol.Encode(c.format, protocol.ErrorFrame{Type: protocol.TypeError, Code: code, Message: msg})
+	if err == nil {
+		c.send(c.dataFrame(b))
+	}
+}
+
+// dataFrame wraps an encoded object in a text (JSON) or binary frame.
+func (c *conn) dataFrame(b []byte) []byte {
+	if c.format == protocol.MsgPack {
+		return wsframe.Frame(wsframe.OpBinary, b)
+	}
+	return wsframe.Frame(wsframe.OpText, b)
+}
+
+func (c *conn) pongFrame(cf *protocol.ClientFrame) []byte {
+	ts := float64(time.Now().UnixMilli())
+	if cf.TS != nil {
+		ts = *cf.TS
+	}
+	b, _ := protocol.Encode(c.format, protocol.Pong{Type: protocol.TypePong, TS: ts})
+	return c.dataFrame(b)
+}

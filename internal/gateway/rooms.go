@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// JoinRoom makes user a member of room cluster-wide: the membership is
+// stored first, then every node holding the user's connections declares
+// interest in the room (done here, so a publish right after the answer
+// finds them) and updates its local index through the bus.
+func (n *Node) JoinRoom(ctx context.Context, room, user string) error {
+	return n.changeMembership(ctx, room, user, true)
+}
+
+// LeaveRoom ends user's membership of room.
+func (n *Node) LeaveRoom(ctx context.Context, room, user string) error {
+	return n.changeMembership(ctx, room, user, false)
+}
+
+func (n *Node) changeMembership(ctx context.Context, room, user string, join bool) error {
+	if err := protocol.ValidName("room", room); err != nil {
+		return badRequest("%v", err)
+	}
+	if err := protocol.ValidName("user", user); err != nil {
+		return badRequest("%v", err)
+	}
+	start := time.Now()
+	var err error
+	if join {
+		err = n.backend.JoinRoom(ctx, room, user)
+	} else {
+		err = n.backend.LeaveRoom(ctx, room, user)
+	}
+	n.observe("rooms", start, err)
+	if err != nil {
+		return unavailable("room membership", err)
+	}
+	// Stored before routes are read; a connect stores its route before it
+	// reads the user's rooms: one of the two always sees the other.
+	start = time.Now()
+	routes, err := n.backend.UserRoutes(ctx, user)
+	n.observe("route", start, err)
+	if err != nil {
+		return unavailable("routes", err)
+	}
+	var remote []string
+	for _, id := range routeNodes(routes) {
+		if id == n.cfg.NodeID {
+			if join {
+				if added, _ := n.hub.join(user, room); added {
+					n.declareInterest([]string{room})
+				}
+			} else if n.hub.leave(user, room) {
+				n.dropInterest([]string{room})
+			}
+			continue
+		}
+		remote = append(remote, id)
+		if join {
+			if err := n.backend.SetRoomInterest(ctx, id, []string{room}, n.cfg.RouteTTL); err != nil {
+				return unavailable("room interest", err)
+			}
+		}
+	}
+	if len(remote) > 0 {
+		env := encodeEnvelope(envelope{Kind: kindMembership, User: user, Room: room, Join: join}, nil)
+		if err := n.backend.Send(ctx, remote, env); err != nil {
+			return unavailable("bus", err)
+		}
+	}
+	return nil
+}

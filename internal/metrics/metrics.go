@@ -1,0 +1,110 @@
+// Package metrics declares the gateway's Prometheus collectors with the
+// names of contract §10. One Metrics value per process, registered on its
+// own registry together with the Go runtime and process collectors.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds every gateway collector.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Connections       prometheus.Gauge
+	ConnectionsTotal  prometheus.Counter
+	HandshakeRejected *prometheus.CounterVec // reason
+	Published         *prometheus.CounterVec // target
+	Delivered         prometheus.Counter
+	Dropped           *prometheus.CounterVec // reason
+	DeliveryLatency   prometheus.Histogram
+	SendQueueFull     prometheus.Counter
+	ClientFrames      *prometheus.CounterVec // type
+	BackendErrors     *prometheus.CounterVec // op
+	BackendLatency    *prometheus.HistogramVec
+	NodeStatus        *prometheus.GaugeVec // status
+	DrainRemaining    prometheus.Gauge
+	Closes            *prometheus.CounterVec // code
+}
+
+// Handshake rejection reasons.
+const (
+	RejectBadRequest   = "bad_request"
+	RejectUnauthorized = "unauthorized"
+	RejectOrigin       = "origin_forbidden"
+	RejectRate         = "rate_limited"
+	RejectConnLimit    = "conn_limit"
+	RejectUnavailable  = "unavailable"
+)
+
+// Drop reasons.
+const (
+	DropQueueFull   = "queue_full"     // realtime message, queue full
+	DropNotifyWait  = "notify_timeout" // notify message, no room within 100 ms
+	DropSlowClose   = "slow_consumer"  // chat message, connection closed with 4008
+	DropClosed      = "closed"         // connection closed before the write
+	DropEncode      = "encode"         // message could not be encoded for the connection's format
+	DropRateLimited = "rate_limited"   // client frame over WSGATE_MESSAGE_RATE
+)
+
+// New creates and registers every collector.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { r.MustRegister(c) }
+	m := &Metrics{Registry: r}
+	m.Connections = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_connections", Help: "Open WebSocket connections on this node."})
+	m.ConnectionsTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_connections_total", Help: "WebSocket connections accepted (upgraded) since start."})
+	m.HandshakeRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_handshake_rejected_total", Help: "Handshakes refused before the upgrade, by reason."}, []string{"reason"})
+	m.Published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_messages_published_total", Help: "Messages published through this node (API and client publish), by target type."}, []string{"target"})
+	m.Delivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_messages_delivered_total", Help: "Message frames written to client sockets."})
+	m.Dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_messages_dropped_total", Help: "Messages not delivered to a connection, by reason."}, []string{"reason"})
+	m.DeliveryLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "wsgate_delivery_latency_seconds", Help: "From publish to the socket write, per delivered message.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
+	m.SendQueueFull = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_send_queue_full_total", Help: "Times a connection's outbound queue was full when a message came."})
+	m.ClientFrames = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_client_frames_total", Help: "Frames received from clients, by type."}, []string{"type"})
+	m.BackendErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_backend_errors_total", Help: "Cluster backend calls that failed, by operation."}, []string{"op"})
+	m.BackendLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "wsgate_backend_latency_seconds", Help: "Cluster backend call latency, by operation.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1, 5}}, []string{"op"})
+	m.NodeStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "wsgate_node_status", Help: "1 for this node's current status (warming, active, draining)."}, []string{"status"})
+	m.DrainRemaining = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_drain_remaining", Help: "Connections left to move while draining."})
+	m.Closes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_connection_closes_total", Help: "Connections closed, by close code (0: without a close frame)."}, []string{"code"})
+	for _, c := range []prometheus.Collector{m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
+		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
+		f(c)
+	}
+	// Series that exist from the start, so dashboards and alerts see zeros.
+	for _, s := range []string{"warming", "active", "draining"} {
+		m.NodeStatus.WithLabelValues(s)
+	}
+	for _, t := range []string{"user", "room", "broadcast"} {
+		m.Published.WithLabelValues(t)
+	}
+	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
+		m.BackendLatency.WithLabelValues(op)
+	}
+	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "invalid"} {
+		m.ClientFrames.WithLabelValues(ty)
+	}
+	return m
+}
+
+// SetStatus marks one status as current.
+func (m *Metrics) SetStatus(status string) {
+	for _, s := range []string{"warming", "active", "draining"} {
+		v := 0.0
+		if s == status {
+			v = 1
+		}
+		m.NodeStatus.WithLabelValues(s).Set(v)
+	}
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}

@@ -1,0 +1,240 @@
+// Package netpoll is the gateway's event loop: a few goroutines, each
+// waiting in epoll_wait on the sockets it owns, calling back into the
+// connection only when its socket is readable, writable or hung up.
+//
+// An idle connection therefore costs no goroutine stack and no buffer:
+// only its descriptor, its epoll registration and the caller's state.
+// Each loop owns one read buffer shared by all its connections.
+//
+// Sockets are registered edge-triggered for input, output and hang-up,
+// so a socket that became writable again after a short write is reported
+// once, without re-arming. The epoll data carries a slot number and a
+// generation, never a pointer or a bare descriptor, so an event that
+// arrives after its connection was closed (and the descriptor reused)
+// finds nothing and is ignored.
+package netpoll
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Handler receives a registered socket's events, on the loop goroutine
+// that owns the socket. buf is the loop's read buffer, valid only during
+// the call. Handlers must not block.
+type Handler interface {
+	OnReadable(buf []byte)
+	OnWritable()
+}
+
+// Poller runs Loops event loops.
+type Poller struct {
+	loops []*loop
+	next  uint32
+	mu    sync.Mutex
+	wg    sync.WaitGroup
+	log   *slog.Logger
+}
+
+// Options configure a Poller.
+type Options struct {
+	Loops      int // event loop goroutines; default GOMAXPROCS
+	ReadBuffer int // bytes per loop; default 64 KiB
+	Logger     *slog.Logger
+}
+
+type entry struct {
+	h   Handler
+	gen uint32
+}
+
+type loop struct {
+	epfd  int
+	wakeR int // eventfd used to stop the loop
+	buf   []byte
+
+	mu    sync.Mutex
+	slots []entry
+	free  []uint32
+	gen   uint32
+	quit  bool
+}
+
+// Token identifies one registration.
+type Token struct {
+	loop *loop
+	slot uint32
+	gen  uint32
+}
+
+// New starts the event loops.
+func New(o Options) (*Poller, error) {
+	if o.Loops <= 0 {
+		o.Loops = runtime.GOMAXPROCS(0)
+	}
+	if o.ReadBuffer <= 0 {
+		o.ReadBuffer = 64 << 10
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	p := &Poller{log: o.Logger}
+	for i := 0; i < o.Loops; i++ {
+		l, err := newLoop(o.ReadBuffer)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.loops = append(p.loops, l)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			l.run(p.log)
+		}()
+	}
+	return p, nil
+}
+
+func newLoop(bufSize int) (*loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("netpoll: epoll_create1: %w", err)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("netpoll: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: -1}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, efd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(efd)
+		return nil, fmt.Errorf("netpoll: epoll_ctl eventfd: %w", err)
+	}
+	return &loop{epfd: epfd, wakeR: efd, buf: make([]byte, bufSize)}, nil
+}
+
+// Register adds a non-blocking socket. Events may arrive on the loop
+// goroutine before Register returns.
+func (p *Poller) Register(fd int, h Handler) (Token, error) {
+	p.mu.Lock()
+	l := p.loops[p.next%uint32(len(p.loops))]
+	p.next++
+	p.mu.Unlock()
+
+	l.mu.Lock()
+	if l.quit {
+		l.mu.Unlock()
+		return Token{}, errors.New("netpoll: poller closed")
+	}
+	var slot uint32
+	if n := len(l.free); n > 0 {
+		slot = l.free[n-1]
+		l.free = l.free[:n-1]
+	} else {
+		slot = uint32(len(l.slots))
+		l.slots = append(l.slots, entry{})
+	}
+	l.gen++
+	gen := l.gen
+	l.slots[slot] = entry{h: h, gen: gen}
+	l.mu.Unlock()
+
+	ev := unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET,
+		Fd:     int32(slot),
+		Pad:    int32(gen),
+	}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		l.release(slot, gen)
+		return Token{}, fmt.Errorf("netpoll: epoll_ctl add: %w", err)
+	}
+	return Token{loop: l, slot: slot, gen: gen}, nil
+}
+
+// Unregister removes the socket; call it before closing the descriptor.
+// Events already taken from epoll for it are dropped.
+func (p *Poller) Unregister(fd int, t Token) {
+	if t.loop == nil {
+		return
+	}
+	_ = unix.EpollCtl(t.loop.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	t.loop.release(t.slot, t.gen)
+}
+
+func (l *loop) release(slot, gen uint32) {
+	l.mu.Lock()
+	if int(slot) < len(l.slots) && l.slots[slot].gen == gen {
+		l.slots[slot] = entry{}
+		l.free = append(l.free, slot)
+	}
+	l.mu.Unlock()
+}
+
+func (l *loop) lookup(slot, gen uint32) Handler {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if int(slot) < len(l.slots) && l.slots[slot].gen == gen {
+		return l.slots[slot].h
+	}
+	return nil
+}
+
+func (l *loop) run(log *slog.Logger) {
+	events := make([]unix.EpollEvent, 256)
+	for {
+		n, err := unix.EpollWait(l.epfd, events, -1)
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			log.Error("epoll_wait failed; event loop stops", "err", err)
+			return
+		}
+		for i := 0; i < n; i++ {
+			ev := &events[i]
+			if ev.Fd == -1 {
+				l.mu.Lock()
+				quit := l.quit
+				l.mu.Unlock()
+				if quit {
+					return
+				}
+				continue
+			}
+			h := l.lookup(uint32(ev.Fd), uint32(ev.Pad))
+			if h == nil {
+				continue
+			}
+			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				h.OnReadable(l.buf)
+			}
+			if ev.Events&unix.EPOLLOUT != 0 {
+				h.OnWritable()
+			}
+		}
+	}
+}
+
+// Close stops the loops and waits for them. Registered sockets are not
+// closed (their owners do that).
+func (p *Poller) Close() {
+	for _, l := range p.loops {
+		l.mu.Lock()
+		l.quit = true
+		l.mu.Unlock()
+		var one = [8]byte{1}
+		_, _ = unix.Write(l.wakeR, one[:])
+	}
+	p.wg.Wait()
+	for _, l := range p.loops {
+		unix.Close(l.epfd)
+		unix.Close(l.wakeR)
+	}
+	p.loops = nil
+}

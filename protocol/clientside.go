@@ -1,0 +1,186 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// This file is the client side of the codec: decoding server frames and
+// encoding client frames. The gateway uses the other direction.
+
+// ServerFrame is any frame a gateway sends, as a client decodes it; which
+// fields matter depends on Type (see the frame structs in frames.go).
+type ServerFrame struct {
+	Type string `json:"type" msgpack:"type"`
+
+	// welcome
+	ConnID         string `json:"conn_id" msgpack:"conn_id"`
+	Node           string `json:"node" msgpack:"node"`
+	User           string `json:"user" msgpack:"user"`
+	PingIntervalMS int64  `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
+	InboxSeq       int64  `json:"inbox_seq" msgpack:"inbox_seq"`
+
+	// message, reply (ID, Seq)
+	ID     string          `json:"id" msgpack:"id"`
+	Event  string          `json:"event" msgpack:"event"`
+	Data   json.RawMessage `json:"data" msgpack:"-"` // always JSON, also on MsgPack connections
+	TS     float64         `json:"ts" msgpack:"ts"`  // message: publish time in Unix ms; pong: the ping's ts
+	Target *Target         `json:"target" msgpack:"target"`
+	Seq    int64           `json:"seq" msgpack:"seq"`
+	OK     bool            `json:"ok" msgpack:"ok"`
+	Error  *ErrorBody      `json:"error" msgpack:"error"`
+
+	// gap
+	From   int64 `json:"from" msgpack:"from"`
+	To     int64 `json:"to" msgpack:"to"`
+	Missed int64 `json:"missed" msgpack:"missed"`
+
+	// redirect
+	URL          string `json:"url" msgpack:"url"`
+	Reason       string `json:"reason" msgpack:"reason"`
+	RetryAfterMS int64  `json:"retry_after_ms" msgpack:"retry_after_ms"`
+
+	// error
+	Code    string `json:"code" msgpack:"code"`
+	Message string `json:"message" msgpack:"message"`
+}
+
+// DecodeServer decodes one server frame in the given format. MessagePack
+// data is converted to JSON, so Data is JSON whatever the format.
+func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
+	var sf ServerFrame
+	if f == MsgPack {
+		var raw struct {
+			ServerFrame
+			Data msgpack.RawMessage `msgpack:"data"`
+		}
+		if err := msgpack.Unmarshal(b, &raw); err != nil {
+			return nil, fmt.Errorf("invalid MessagePack server frame: %w", err)
+		}
+		sf = raw.ServerFrame
+		if len(raw.Data) > 0 {
+			j, err := MsgpackToJSON(raw.Data)
+			if err != nil {
+				return nil, fmt.Errorf("invalid data in server frame: %w", err)
+			}
+			sf.Data = j
+		}
+	} else if err := json.Unmarshal(b, &sf); err != nil {
+		return nil, fmt.Errorf("invalid JSON server frame: %w", err)
+	}
+	if sf.Type == "" {
+		return nil, errors.New("server frame has no type")
+	}
+	return &sf, nil
+}
+
+// AsMessage returns the message frame's fields.
+func (sf *ServerFrame) AsMessage() Message {
+	m := Message{ID: sf.ID, Event: sf.Event, Data: sf.Data, TS: int64(sf.TS), Seq: sf.Seq}
+	if sf.Target != nil {
+		m.Target = *sf.Target
+	}
+	return m
+}
+
+// AsWelcome returns the welcome frame's fields.
+func (sf *ServerFrame) AsWelcome() Welcome {
+	return Welcome{
+		Type: TypeWelcome, ConnID: sf.ConnID, Node: sf.Node, User: sf.User,
+		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq,
+	}
+}
+
+// EncodeClient encodes one client frame in the given format, leaving out
+// the fields its type does not use. Data must be JSON (it is converted for
+// MsgPack); an empty Data of a publish is sent as null.
+func EncodeClient(f Format, cf *ClientFrame) ([]byte, error) {
+	if cf.TS != nil && (math.IsNaN(*cf.TS) || math.IsInf(*cf.TS, 0)) {
+		return nil, errors.New("ts is NaN or infinite")
+	}
+	data := cf.Data
+	if cf.Type == TypePublish && len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	if len(data) > 0 && !json.Valid(data) {
+		return nil, errors.New("data is not valid JSON")
+	}
+	if f == MsgPack {
+		return encodeClientMsgpack(cf, data)
+	}
+	return AppendClientJSON(make([]byte, 0, 64+len(data)+len(cf.Event)+len(cf.Room)), cf, data), nil
+}
+
+// AppendClientJSON appends the JSON object of cf with data as its data
+// (already valid JSON, or empty to leave it out) to dst.
+func AppendClientJSON(dst []byte, cf *ClientFrame, data json.RawMessage) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = AppendJSONString(dst, cf.Type)
+	if cf.ID != "" {
+		dst = append(dst, `,"id":`...)
+		dst = AppendJSONString(dst, cf.ID)
+	}
+	if cf.Type == TypeAck || cf.Seq != 0 {
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendInt(dst, cf.Seq, 10)
+	}
+	if cf.Room != "" {
+		dst = append(dst, `,"room":`...)
+		dst = AppendJSONString(dst, cf.Room)
+	}
+	if cf.Target != nil {
+		dst = append(dst, `,"target":{"type":`...)
+		dst = AppendJSONString(dst, cf.Target.Type)
+		dst = append(dst, `,"id":`...)
+		dst = AppendJSONString(dst, cf.Target.ID)
+		dst = append(dst, '}')
+	}
+	if cf.Event != "" {
+		dst = append(dst, `,"event":`...)
+		dst = AppendJSONString(dst, cf.Event)
+	}
+	if len(data) > 0 {
+		dst = append(dst, `,"data":`...)
+		dst = append(dst, data...)
+	}
+	if cf.TS != nil {
+		dst = append(dst, `,"ts":`...)
+		dst = strconv.AppendFloat(dst, *cf.TS, 'f', -1, 64)
+	}
+	return append(dst, '}')
+}
+
+func encodeClientMsgpack(cf *ClientFrame, data json.RawMessage) ([]byte, error) {
+	obj := map[string]any{"type": cf.Type}
+	if cf.ID != "" {
+		obj["id"] = cf.ID
+	}
+	if cf.Type == TypeAck || cf.Seq != 0 {
+		obj["seq"] = cf.Seq
+	}
+	if cf.Room != "" {
+		obj["room"] = cf.Room
+	}
+	if cf.Target != nil {
+		obj["target"] = map[string]any{"type": cf.Target.Type, "id": cf.Target.ID}
+	}
+	if cf.Event != "" {
+		obj["event"] = cf.Event
+	}
+	if len(data) > 0 {
+		m, err := JSONToMsgpack(data)
+		if err != nil {
+			return nil, err
+		}
+		obj["data"] = msgpack.RawMessage(m)
+	}
+	if cf.TS != nil {
+		obj["ts"] = *cf.TS
+	}
+	return msgpack.Marshal(obj)
+}

@@ -1,0 +1,353 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Format is a connection's frame encoding.
+type Format uint8
+
+const (
+	JSON    Format = iota // text frames, one JSON object each
+	MsgPack               // binary frames, one MessagePack map each
+)
+
+// ParseFormat reads the format query parameter ("" is JSON).
+func ParseFormat(s string) (Format, error) {
+	switch s {
+	case "", "json":
+		return JSON, nil
+	case "msgpack":
+		return MsgPack, nil
+	}
+	return JSON, fmt.Errorf("format must be json or msgpack, got %q", s)
+}
+
+func (f Format) String() string {
+	if f == MsgPack {
+		return "msgpack"
+	}
+	return "json"
+}
+
+// DecodeError is a client frame that could not be decoded or is invalid.
+type DecodeError struct {
+	Code string // bad_frame or unknown_type
+	Msg  string
+}
+
+func (e *DecodeError) Error() string { return e.Msg }
+
+func badFrame(format string, a ...any) error {
+	return &DecodeError{Code: ErrBadFrame, Msg: fmt.Sprintf(format, a...)}
+}
+
+// DecodeClient decodes and validates one client frame in the given format.
+// Errors are *DecodeError with the code of the error frame to send.
+func DecodeClient(f Format, b []byte) (*ClientFrame, error) {
+	var cf ClientFrame
+	if f == MsgPack {
+		var raw struct {
+			ClientFrame
+			Data msgpack.RawMessage `msgpack:"data"`
+		}
+		if err := msgpack.Unmarshal(b, &raw); err != nil {
+			return nil, badFrame("invalid MessagePack: %v", err)
+		}
+		cf = raw.ClientFrame
+		if len(raw.Data) > 0 {
+			j, err := MsgpackToJSON(raw.Data)
+			if err != nil {
+				return nil, badFrame("invalid data: %v", err)
+			}
+			cf.Data = j
+		}
+	} else {
+		if !utf8.Valid(b) {
+			return nil, badFrame("frame is not valid UTF-8")
+		}
+		b = bytes.TrimSpace(b)
+		if len(b) == 0 || b[0] != '{' {
+			return nil, badFrame("a frame is one JSON object")
+		}
+		if err := json.Unmarshal(b, &cf); err != nil {
+			return nil, badFrame("invalid JSON: %v", err)
+		}
+	}
+	if err := cf.validate(); err != nil {
+		return nil, err
+	}
+	return &cf, nil
+}
+
+func (cf *ClientFrame) validate() error {
+	switch cf.Type {
+	case TypePing:
+		return nil
+	case TypeAck:
+		if cf.Seq < 0 {
+			return badFrame("ack.seq must be >= 0")
+		}
+		return nil
+	case TypeJoin, TypeLeave:
+		if cf.ID == "" {
+			return badFrame("%s needs an id", cf.Type)
+		}
+		if err := ValidName("room", cf.Room); err != nil {
+			return badFrame("%s: %v", cf.Type, err)
+		}
+		return nil
+	case TypePublish:
+		if cf.ID == "" {
+			return badFrame("publish needs an id")
+		}
+		if cf.Target == nil {
+			return badFrame("publish needs a target {type,id}")
+		}
+		if cf.Target.Type != TargetUser && cf.Target.Type != TargetRoom {
+			return badFrame("publish target.type must be user or room, got %q", cf.Target.Type)
+		}
+		if err := ValidName("target.id", cf.Target.ID); err != nil {
+			return badFrame("publish: %v", err)
+		}
+		if len(cf.Data) == 0 {
+			cf.Data = json.RawMessage("null")
+		}
+		return nil
+	case "":
+		return badFrame("frame has no type")
+	}
+	return &DecodeError{Code: ErrUnknownType, Msg: fmt.Sprintf("unknown frame type %q", truncate(cf.Type, 64))}
+}
+
+// MaxNameBytes bounds user ids, room names and event names.
+const MaxNameBytes = 256
+
+// ValidName checks a user id or room name: non-empty, at most MaxNameBytes,
+// valid UTF-8 without control characters.
+func ValidName(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s is empty", what)
+	}
+	if len(s) > MaxNameBytes {
+		return fmt.Errorf("%s is longer than %d bytes", what, MaxNameBytes)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s is not valid UTF-8", what)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%s contains a control character", what)
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// Encode encodes any server frame struct in the given format.
+func Encode(f Format, v any) ([]byte, error) {
+	if f == MsgPack {
+		return msgpack.Marshal(v)
+	}
+	return json.Marshal(v)
+}
+
+// AppendMessageJSON appends the JSON message frame of m to dst. It is the
+// hot path of every delivery, so it writes the object by hand instead of
+// going through reflection.
+func AppendMessageJSON(dst []byte, m *Message) []byte {
+	dst = append(dst, `{"type":"message","id":`...)
+	dst = AppendJSONString(dst, m.ID)
+	dst = append(dst, `,"event":`...)
+	dst = AppendJSONString(dst, m.Event)
+	dst = append(dst, `,"data":`...)
+	if len(m.Data) == 0 {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, m.Data...)
+	}
+	dst = append(dst, `,"ts":`...)
+	dst = strconv.AppendInt(dst, m.TS, 10)
+	dst = append(dst, `,"target":{"type":`...)
+	dst = AppendJSONString(dst, m.Target.Type)
+	if m.Target.ID != "" {
+		dst = append(dst, `,"id":`...)
+		dst = AppendJSONString(dst, m.Target.ID)
+	}
+	dst = append(dst, '}')
+	if m.Seq != 0 {
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendInt(dst, m.Seq, 10)
+	}
+	return append(dst, '}')
+}
+
+// EncodeMessage encodes a message frame in the given format. For MsgPack
+// the JSON data is converted once here.
+func EncodeMessage(f Format, m *Message) ([]byte, error) {
+	if f == JSON {
+		return AppendMessageJSON(make([]byte, 0, 96+len(m.Data)+len(m.ID)+len(m.Event)), m), nil
+	}
+	data, err := JSONToMsgpack(m.Data)
+	if err != nil {
+		return nil, err
+	}
+	target := map[string]any{"type": m.Target.Type}
+	if m.Target.ID != "" {
+		target["id"] = m.Target.ID
+	}
+	obj := map[string]any{
+		"type": TypeMessage, "id": m.ID, "event": m.Event,
+		"data": msgpack.RawMessage(data), "ts": m.TS, "target": target,
+	}
+	if m.Seq != 0 {
+		obj["seq"] = m.Seq
+	}
+	return msgpack.Marshal(obj)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// AppendJSONString appends s as a JSON string literal (invalid UTF-8 is
+// replaced by U+FFFD, as encoding/json does).
+func AppendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// JSONToMsgpack converts one JSON value to MessagePack, keeping integers
+// as integers.
+func JSONToMsgpack(j []byte) ([]byte, error) {
+	if len(j) == 0 {
+		return msgpack.Marshal(nil)
+	}
+	d := json.NewDecoder(bytes.NewReader(j))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	return msgpack.Marshal(numbersToNative(v))
+}
+
+func numbersToNative(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbersToNative(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbersToNative(e)
+		}
+	}
+	return v
+}
+
+// MsgpackToJSON converts one MessagePack value to JSON. Maps must have
+// string keys; NaN and infinities are refused.
+func MsgpackToJSON(b []byte) ([]byte, error) {
+	var v any
+	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if err := checkJSONable(v, 0); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+func checkJSONable(v any, depth int) error {
+	if depth > 64 {
+		return errors.New("nested too deeply")
+	}
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return errors.New("NaN or infinity")
+		}
+	case float32:
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return errors.New("NaN or infinity")
+		}
+	case map[string]any:
+		for _, e := range x {
+			if err := checkJSONable(e, depth+1); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if err := checkJSONable(e, depth+1); err != nil {
+				return err
+			}
+		}
+	case map[any]any:
+		return errors.New("map keys must be strings")
+	}
+	return nil
+}

@@ -1,0 +1,23 @@
+// Package protocol is the wire protocol of wsgate, version 1: the frames a
+// client and a gateway exchange over a WebSocket, their JSON and
+// MessagePack encodings, and the close codes. It is shared by the gateway,
+// the Go client and the load generator; docs/protocol.md is its prose form.
+//
+// Flow of a connection:
+//
+//	client                                   gateway
+//	  GET /ws (token, since, format)  --->     checks before the upgrade
+//	                                  <---     welcome {conn_id,node,user,ping_interval_ms,inbox_seq}
+//	                                  <---     gap {from,to,missed}        (resume only, at most one)
+//	                                  <---     message {.., seq}           (replayed reliable messages)
+//	                                  <---     message ...                 (live)
+//	  ack {seq}                       --->     cumulative; trims the inbox
+//	  ping {ts}                       --->
+//	                                  <---     pong {ts}
+//	  join/leave/publish {id, ..}     --->
+//	                                  <---     reply {id, ok, error?}
+//	                                  <---     redirect {url,...} + close 4001 (drain)
+//
+// Text frames carry one JSON object; with format=msgpack, binary frames
+// carry the same object in MessagePack. Unknown fields are ignored.
+package protocol

@@ -1,0 +1,123 @@
+package protocol
+
+import (
+	"encoding/json"
+)
+
+// Frame types (the "type" field).
+const (
+	TypeWelcome  = "welcome"
+	TypeMessage  = "message"
+	TypeReply    = "reply"
+	TypePong     = "pong"
+	TypeGap      = "gap"
+	TypeRedirect = "redirect"
+	TypeError    = "error"
+
+	TypePing    = "ping"
+	TypeAck     = "ack"
+	TypeJoin    = "join"
+	TypeLeave   = "leave"
+	TypePublish = "publish"
+)
+
+// Error codes of error frames and refused replies.
+const (
+	ErrBadFrame    = "bad_frame"
+	ErrUnknownType = "unknown_type"
+	ErrForbidden   = "forbidden"
+	ErrRateLimited = "rate_limited"
+	ErrUnavailable = "unavailable"
+)
+
+// Target types.
+const (
+	TargetUser      = "user"
+	TargetRoom      = "room"
+	TargetBroadcast = "broadcast"
+)
+
+// Target names the recipients of a message.
+type Target struct {
+	Type string `json:"type" msgpack:"type"`
+	ID   string `json:"id" msgpack:"id"`
+}
+
+// Welcome is the first server frame of every connection.
+type Welcome struct {
+	Type           string `json:"type" msgpack:"type"`
+	ConnID         string `json:"conn_id" msgpack:"conn_id"`
+	Node           string `json:"node" msgpack:"node"`
+	User           string `json:"user" msgpack:"user"`
+	PingIntervalMS int64  `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
+	InboxSeq       int64  `json:"inbox_seq" msgpack:"inbox_seq"`
+}
+
+// ErrorBody is the {code,message} pair of error frames, refused replies and
+// HTTP error answers.
+type ErrorBody struct {
+	Code    string `json:"code" msgpack:"code"`
+	Message string `json:"message" msgpack:"message"`
+}
+
+// Reply answers a client frame that carried an id.
+type Reply struct {
+	Type  string     `json:"type" msgpack:"type"`
+	ID    string     `json:"id" msgpack:"id"`
+	OK    bool       `json:"ok" msgpack:"ok"`
+	Error *ErrorBody `json:"error,omitempty" msgpack:"error,omitempty"`
+	Seq   int64      `json:"seq,omitempty" msgpack:"seq,omitempty"`
+}
+
+// Pong answers a ping.
+type Pong struct {
+	Type string  `json:"type" msgpack:"type"`
+	TS   float64 `json:"ts" msgpack:"ts"`
+}
+
+// Gap tells a resuming client that reliable messages From..To are gone.
+type Gap struct {
+	Type   string `json:"type" msgpack:"type"`
+	From   int64  `json:"from" msgpack:"from"`
+	To     int64  `json:"to" msgpack:"to"`
+	Missed int64  `json:"missed" msgpack:"missed"`
+}
+
+// Redirect asks the client to reconnect to URL; close 4001 follows.
+type Redirect struct {
+	Type         string `json:"type" msgpack:"type"`
+	URL          string `json:"url" msgpack:"url"`
+	Reason       string `json:"reason" msgpack:"reason"`
+	RetryAfterMS int64  `json:"retry_after_ms" msgpack:"retry_after_ms"`
+}
+
+// ErrorFrame refuses a client frame.
+type ErrorFrame struct {
+	Type    string `json:"type" msgpack:"type"`
+	Code    string `json:"code" msgpack:"code"`
+	Message string `json:"message" msgpack:"message"`
+}
+
+// Message is a pushed message. Data is the published JSON value; Seq is
+// non-zero exactly for reliable user messages.
+type Message struct {
+	ID     string          `json:"id"`
+	Event  string          `json:"event"`
+	Data   json.RawMessage `json:"data"`
+	TS     int64           `json:"ts"`
+	Target Target          `json:"target"`
+	Seq    int64           `json:"seq,omitempty"`
+}
+
+// ClientFrame is any frame a client sends; which fields matter depends on
+// Type.
+type ClientFrame struct {
+	Type   string          `json:"type" msgpack:"type"`
+	ID     string          `json:"id" msgpack:"id"`
+	Seq    int64           `json:"seq" msgpack:"seq"`
+	Room   string          `json:"room" msgpack:"room"`
+	Target *Target         `json:"target" msgpack:"target"`
+	Event  string          `json:"event" msgpack:"event"`
+	Data   json.RawMessage `json:"data" msgpack:"-"`
+	TS     *float64        `json:"ts" msgpack:"ts"`
+}
