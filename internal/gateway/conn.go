@@ -131,6 +131,11 @@ func (c *conn) enqueueLocked(frame []byte, cl class) (ok, wait bool) {
 		c.n.metrics.Dropped.WithLabelValues("closed").Inc()
 		return false, false
 	}
+	if len(c.outq) >= c.n.cfg.SendQueue && !c.waitOut && c.state == stOpen {
+		// The queue is full but the socket is not: the writer has just
+		// not run yet. Write here rather than call the client slow.
+		c.writeOutLocked()
+	}
 	if len(c.outq) >= c.n.cfg.SendQueue {
 		c.n.metrics.SendQueueFull.Inc()
 		switch cl {
@@ -179,37 +184,39 @@ const maxIovecs = 512
 // descriptor under the write.
 func (c *conn) flush() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for {
-		if c.state == stClosed {
-			c.writing = false
-			return
-		}
+	c.writeOutLocked()
+	c.writing = false
+	if c.state == stClosing && len(c.outq) == 0 && len(c.wbuf) == 0 {
+		// Close frame sent: half-close so the peer sees it followed by
+		// FIN; the peer's close or the sweep ends the connection.
+		_ = unix.Shutdown(c.fd, unix.SHUT_WR)
+	}
+	c.mu.Unlock()
+}
+
+// writeOutLocked writes queued frames until the queue is empty or the
+// socket is full (then waitOut is set and EPOLLOUT brings the writer
+// back). Any goroutine holding c.mu may call it: the mutex is what makes
+// the writer one at a time.
+func (c *conn) writeOutLocked() {
+	for c.state != stClosed && !c.waitOut {
 		if len(c.wbuf) > 0 {
 			n, err := unix.Write(c.fd, c.wbuf)
 			if n > 0 {
 				c.wbuf = c.wbuf[n:]
 			}
 			if err != nil && err != unix.EAGAIN && err != unix.EINTR {
-				c.writing = false
 				c.teardownLocked("write: " + err.Error())
 				return
 			}
 			if len(c.wbuf) > 0 {
 				c.waitOut = true
-				c.writing = false
 				return
 			}
 			c.wbuf = nil
 			c.pendingSince = 0
 		}
 		if len(c.outq) == 0 {
-			c.writing = false
-			if c.state == stClosing {
-				// Close frame sent: half-close so the peer sees it
-				// followed by FIN; the peer's close or the sweep ends it.
-				_ = unix.Shutdown(c.fd, unix.SHUT_WR)
-			}
 			return
 		}
 		bufs := c.outq
@@ -222,15 +229,11 @@ func (c *conn) flush() {
 		}
 		n, err := writev(c.fd, bufs)
 		if err != nil && err != unix.EAGAIN && err != unix.EINTR {
-			c.writing = false
 			c.teardownLocked("write: " + err.Error())
 			return
 		}
-		if n < 0 {
-			n = 0
-		}
+		n = max(n, 0)
 		c.n.metrics.Delivered.Add(float64(countMessages(bufs)))
-		rest := c.outq[len(bufs):]
 		if n < total {
 			// Keep the unsent bytes, in order, in one buffer.
 			var w []byte
@@ -248,19 +251,12 @@ func (c *conn) flush() {
 				c.pendingSince = time.Now().Unix()
 			}
 		}
-		clear(c.outq[:len(bufs)])
-		if len(rest) == 0 {
-			c.outq = c.outq[:0]
-			if cap(c.outq) > 64 {
-				c.outq = nil
-			}
-		} else {
-			c.outq = append(c.outq[:0], rest...)
-		}
-		if len(c.wbuf) > 0 {
-			c.waitOut = true
-			c.writing = false
-			return
+		rest := len(c.outq) - len(bufs)
+		copy(c.outq, c.outq[len(bufs):])
+		clear(c.outq[rest:])
+		c.outq = c.outq[:rest]
+		if rest == 0 && cap(c.outq) > 64 {
+			c.outq = nil
 		}
 	}
 }

@@ -1,0 +1,121 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// Publish sends a message to a user or a room (as the token's "pub" claim
+// allows) and waits for the server's reply. data is marshalled to JSON
+// (a json.RawMessage is sent as is).
+//
+// Publish, Join and Leave wait for a connection when there is none (until
+// ctx ends). They return a *ReplyError when the server refuses (a reply
+// with ok=false, or an error frame while this was the only request
+// waiting), ErrConnectionLost when the connection ended before the reply
+// (the request may have taken effect: it is not repeated), ErrClosed after
+// Close. They must not be called from a handler and waited for there.
+func (c *Client) Publish(ctx context.Context, target protocol.Target, event string, data any) error {
+	if target.Type != protocol.TargetUser && target.Type != protocol.TargetRoom {
+		return fmt.Errorf("client: Publish: target type must be user or room, got %q", target.Type)
+	}
+	if err := protocol.ValidName("target id", target.ID); err != nil {
+		return fmt.Errorf("client: Publish: %w", err)
+	}
+	raw, err := marshalData(data)
+	if err != nil {
+		return fmt.Errorf("client: Publish: %w", err)
+	}
+	return c.request(ctx, &protocol.ClientFrame{Type: protocol.TypePublish, Target: &target, Event: event, Data: raw})
+}
+
+// Join makes the user join room (as the token's "rooms" claim allows):
+// all the user's connections get its messages, now and after reconnects.
+func (c *Client) Join(ctx context.Context, room string) error {
+	if err := protocol.ValidName("room", room); err != nil {
+		return fmt.Errorf("client: Join: %w", err)
+	}
+	return c.request(ctx, &protocol.ClientFrame{Type: protocol.TypeJoin, Room: room})
+}
+
+// Leave makes the user leave room.
+func (c *Client) Leave(ctx context.Context, room string) error {
+	if err := protocol.ValidName("room", room); err != nil {
+		return fmt.Errorf("client: Leave: %w", err)
+	}
+	return c.request(ctx, &protocol.ClientFrame{Type: protocol.TypeLeave, Room: room})
+}
+
+// Ping sends a ping frame and returns the time until its pong, measured
+// on this side. It waits for a connection like Publish.
+func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
+	for {
+		s, err := c.waitSession(ctx)
+		if err != nil {
+			return 0, err
+		}
+		ts, ch, ok := s.registerPing()
+		if !ok {
+			continue // that connection is ending; wait for the next
+		}
+		start := time.Now()
+		if err := s.conn.WriteFrame(&protocol.ClientFrame{Type: protocol.TypePing, TS: &ts}); err != nil {
+			s.forgetPing(ts)
+			return 0, fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		}
+		select {
+		case err := <-ch:
+			if err != nil {
+				return 0, err
+			}
+			return time.Since(start), nil
+		case <-ctx.Done():
+			s.forgetPing(ts)
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// request sends f with a fresh id on the live connection and waits for
+// its answer.
+func (c *Client) request(ctx context.Context, f *protocol.ClientFrame) error {
+	for {
+		s, err := c.waitSession(ctx)
+		if err != nil {
+			return err
+		}
+		f.ID = strconv.FormatUint(c.ids.Add(1), 10)
+		ch, ok := s.register(f.ID)
+		if !ok {
+			continue // that connection is ending; nothing was sent yet
+		}
+		if err := s.conn.WriteFrame(f); err != nil {
+			s.forget(f.ID)
+			return fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		}
+		select {
+		case err := <-ch:
+			return err
+		case <-ctx.Done():
+			s.forget(f.ID)
+			return ctx.Err()
+		}
+	}
+}
+
+// marshalData turns a Publish payload into JSON.
+func marshalData(v any) (json.RawMessage, error) {
+	if raw, ok := v.(json.RawMessage); ok {
+		if !json.Valid(raw) {
+			return nil, errors.New("data is not valid JSON")
+		}
+		return raw, nil
+	}
+	return json.Marshal(v)
+}

@@ -1,0 +1,271 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Bus on Redis Pub/Sub: node ID listens on P:bus:node:ID and P:bus:all.
+// Pub/Sub forgets: a message published while a subscriber is disconnected
+// is lost to it (reliable messages go through the inbox instead).
+const (
+	// busIdle: a subscription that received nothing for this long sends a
+	// PING; one more idle period without any reply means the connection is
+	// dead (even half-open) and the subscription is rebuilt.
+	busIdle = 5 * time.Second
+	// busBackoff bounds the pause between reconnect attempts.
+	busBackoffMin = 100 * time.Millisecond
+	busBackoffMax = 2 * time.Second
+)
+
+// Send implements Backend: PUBLISH to each named node's channel (a node
+// named twice gets one copy), pipelined.
+func (r *Redis) Send(ctx context.Context, nodes []string, payload []byte) error {
+	channels := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		if ch := r.k.busNode(n); !slices.Contains(channels, ch) {
+			channels = append(channels, ch)
+		}
+	}
+	if len(channels) == 0 {
+		return nil
+	}
+	// Not idempotent: a repeat could deliver twice.
+	return r.do(ctx, "send", false, func(ctx context.Context) error {
+		return r.publish(ctx, channels, payload)
+	})
+}
+
+// publish sends payload to channels, pipelined. In Redis Cluster every
+// PUBLISH of this deployment goes through one node, the master of the slot
+// of redisKeys.busRoute: PUBLISH reaches subscribers on every node through
+// the cluster bus anyway, and with a single entry point one publisher's
+// messages to a subscriber (targeted or broadcast) cannot overtake each
+// other on different cluster-bus links.
+func (r *Redis) publish(ctx context.Context, channels []string, payload []byte) error {
+	var c redis.Cmdable = r.c
+	if cc, ok := r.c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, r.k.busRoute())
+		if err != nil {
+			return err
+		}
+		c = m
+	}
+	if len(channels) == 1 {
+		return c.Publish(ctx, channels[0], payload).Err()
+	}
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, ch := range channels {
+			p.Publish(ctx, ch, payload)
+		}
+		return nil
+	})
+	return err
+}
+
+// Broadcast implements Backend: one PUBLISH to the all-nodes channel.
+func (r *Redis) Broadcast(ctx context.Context, payload []byte) error {
+	return r.do(ctx, "broadcast", false, func(ctx context.Context) error {
+		return r.publish(ctx, []string{r.k.busAll()}, payload)
+	})
+}
+
+// redisSub is one Subscribe call: a go-redis PubSub on the node's two
+// channels and the goroutine that reads it.
+type redisSub struct {
+	r        *Redis
+	node     string
+	channels []string
+	handle   func([]byte)
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	mu sync.Mutex
+	ps *redis.PubSub // replaced when a dead connection is rebuilt
+}
+
+// Subscribe implements Backend. It returns once Redis confirmed both
+// channels (messages sent after that are delivered), or an error. A
+// goroutine then calls handle for each message, in order, until ctx ends or
+// the backend is closed; messages arriving after that are dropped. The
+// subscription survives Redis restarts and failovers: go-redis reconnects
+// and resubscribes, and a connection silent for two idle periods despite a
+// PING is replaced.
+func (r *Redis) Subscribe(ctx context.Context, node string, handle func(payload []byte)) error {
+	s := &redisSub{
+		r:        r,
+		node:     node,
+		channels: []string{r.k.busNode(node), r.k.busAll()},
+		handle:   handle,
+	}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		s.cancel()
+		return errClosed
+	}
+	r.subs[s] = struct{}{}
+	r.wg.Add(1) // here, so that Close never waits while a Subscribe is still adding
+	r.mu.Unlock()
+
+	var early []*redis.Message
+	err := r.do(s.ctx, "subscribe", true, func(ctx context.Context) error {
+		s.open(ctx)
+		early = early[:0]
+		return s.awaitSubscribed(ctx, &early)
+	})
+	if err != nil {
+		s.cancel()
+		s.closePS()
+		r.forget(s)
+		r.wg.Done()
+		return err
+	}
+	context.AfterFunc(s.ctx, s.closePS)
+	go s.run(early)
+	return nil
+}
+
+func (r *Redis) forget(s *redisSub) {
+	r.mu.Lock()
+	delete(r.subs, s)
+	r.mu.Unlock()
+}
+
+// open replaces the PubSub with a new one on the same channels.
+func (s *redisSub) open(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ps != nil {
+		_ = s.ps.Close()
+	}
+	s.ps = s.r.c.Subscribe(ctx, s.channels...)
+}
+
+func (s *redisSub) closePS() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ps != nil {
+		_ = s.ps.Close()
+	}
+}
+
+func (s *redisSub) current() *redis.PubSub {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ps
+}
+
+// awaitSubscribed reads until Redis confirmed every channel, keeping any
+// message that came in between.
+func (s *redisSub) awaitSubscribed(ctx context.Context, early *[]*redis.Message) error {
+	ps := s.current()
+	for confirmed := 0; confirmed < len(s.channels); {
+		msg, err := ps.ReceiveTimeout(ctx, redisReadTimeout)
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				confirmed++
+			}
+		case *redis.Message:
+			*early = append(*early, m)
+		}
+	}
+	return nil
+}
+
+func (s *redisSub) run(early []*redis.Message) {
+	defer s.r.wg.Done()
+	defer s.r.forget(s)
+	for _, m := range early {
+		s.deliver(m)
+	}
+	var (
+		pinged  bool // a PING is out and nothing came back since
+		failing error
+		backoff = busBackoffMin
+	)
+	for {
+		msg, err := s.current().ReceiveTimeout(context.Background(), busIdle)
+		if s.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			if failing != nil {
+				s.r.log.Info("bus subscription restored", "node", s.node)
+				failing = nil
+			}
+			pinged, backoff = false, busBackoffMin
+			if m, ok := msg.(*redis.Message); ok {
+				s.deliver(m)
+			}
+			continue
+		}
+		if isTimeout(err) && !pinged {
+			pinged = true
+			pctx, cancel := context.WithTimeout(s.ctx, redisWriteTimeout)
+			err = s.current().Ping(pctx)
+			cancel()
+			if err == nil {
+				continue
+			}
+			pinged = false // the failed PING made go-redis reconnect
+		} else if isTimeout(err) {
+			// Silent after a PING: rebuild rather than trust the socket.
+			s.rebuild()
+			pinged = false
+		}
+		if failing == nil {
+			s.r.log.Warn("bus subscription broken, reconnecting", "node", s.node, "err", err)
+		}
+		failing = err
+		if !sleepCtx(s.ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, busBackoffMax)
+	}
+}
+
+// rebuild opens a new PubSub unless the subscription is ending.
+func (s *redisSub) rebuild() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return
+	}
+	_ = s.ps.Close()
+	s.ps = s.r.c.Subscribe(s.ctx, s.channels...)
+}
+
+func (s *redisSub) deliver(m *redis.Message) {
+	if s.ctx.Err() == nil {
+		s.handle([]byte(m.Payload))
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

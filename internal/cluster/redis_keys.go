@@ -1,0 +1,53 @@
+package cluster
+
+// Redis key layout. P is RedisOptions.Prefix. Every key sits inside a hash
+// tag ({...}) that starts with P, so two deployments with different
+// prefixes never share a key, and every multi-key script of Redis Cluster
+// touches one slot:
+//
+//	{P:u:USER}:routes     hash  conn id -> "node|connectedAtMs|expiresAtMs";
+//	                            key PEXPIRE ttl+slack (GC only: readers skip
+//	                            and lazily HDEL expired fields)
+//	{P:u:USER}:seq        string, last seq assigned (INCR)
+//	{P:u:USER}:ack        string, highest acknowledged seq
+//	{P:u:USER}:inbox      zset  score = seq, member = "seq:expiresAtMs:" + payload
+//	                            (expiresAtMs 0 = never); key PEXPIRE inbox TTL
+//	{P:u:USER}:rooms      set   rooms the user joined
+//	{P:r:ROOM}:members    set   users in the room
+//	{P:r:ROOM}:nodes      hash  node -> expiresAtMs (room interest);
+//	                            key PEXPIRE ttl+slack (GC only)
+//	{P:nodes}:index       set   ids of registered nodes
+//	{P:nodes}:n:ID        hash  NodeInfo fields; key PEXPIRE NodeTTL
+//	{P:nodes}:rooms:ID    set   rooms node ID declared interest in;
+//	                            key PEXPIRE ttl+slack
+//
+// Bus channels (not keys): P:bus:node:ID and P:bus:all. In Redis Cluster
+// every PUBLISH goes through the master of the slot of "{P:bus}", so that
+// one publisher's messages stay in order (see Redis.publish).
+//
+// The per-user keys share one slot, so AppendInbox, ReadInbox and Ack are
+// single scripts. A user's rooms and a room's members are two slots: joins
+// and leaves are two commands, not atomic together (a crash between them
+// leaves the user in one of the two sets; repeating the call repairs it).
+type redisKeys struct{ p string }
+
+func (k redisKeys) user(user, kind string) string { return "{" + k.p + ":u:" + user + "}:" + kind }
+func (k redisKeys) routes(user string) string     { return k.user(user, "routes") }
+func (k redisKeys) seq(user string) string        { return k.user(user, "seq") }
+func (k redisKeys) ack(user string) string        { return k.user(user, "ack") }
+func (k redisKeys) inbox(user string) string      { return k.user(user, "inbox") }
+func (k redisKeys) userRooms(user string) string  { return k.user(user, "rooms") }
+
+func (k redisKeys) roomMembers(room string) string { return "{" + k.p + ":r:" + room + "}:members" }
+func (k redisKeys) roomNodes(room string) string   { return "{" + k.p + ":r:" + room + "}:nodes" }
+
+func (k redisKeys) nodeIndex() string          { return "{" + k.p + ":nodes}:index" }
+func (k redisKeys) nodePrefix() string         { return "{" + k.p + ":nodes}:n:" }
+func (k redisKeys) node(id string) string      { return k.nodePrefix() + id }
+func (k redisKeys) nodeRooms(id string) string { return "{" + k.p + ":nodes}:rooms:" + id }
+func (k redisKeys) busNode(id string) string   { return k.p + ":bus:node:" + id }
+func (k redisKeys) busAll() string             { return k.p + ":bus:all" }
+
+// busRoute is not a key: its slot picks the Redis Cluster node that every
+// PUBLISH goes through (see Redis.publish).
+func (k redisKeys) busRoute() string { return "{" + k.p + ":bus}" }

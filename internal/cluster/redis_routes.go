@@ -1,0 +1,255 @@
+package cluster
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// routeBatch is how many routes one pipeline round trip carries (2 commands
+// each). Redis Cluster pipelines are split by slot by go-redis itself.
+const routeBatch = 1000
+
+// AddRoutes implements Backend: per route HSET of its field and PEXPIRE of
+// the user's key, pipelined, one round trip per routeBatch routes.
+func (r *Redis) AddRoutes(ctx context.Context, routes []Route, ttl time.Duration) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	now := time.Now()
+	value := func(rt Route) string { return encodeRoute(rt, now.Add(ttl).UnixMilli()) }
+	keyTTL := ttl + keySlack
+	for batch := range slices.Chunk(routes, routeBatch) {
+		err := r.do(ctx, "add routes", true, func(ctx context.Context) error {
+			_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, rt := range batch {
+					key := r.k.routes(rt.User)
+					p.HSet(ctx, key, rt.ConnID, value(rt))
+					p.PExpire(ctx, key, keyTTL)
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RemoveRoute implements Backend: HDEL of exactly that field.
+func (r *Redis) RemoveRoute(ctx context.Context, user, connID string) error {
+	return r.do(ctx, "remove route", true, func(ctx context.Context) error {
+		return r.c.HDel(ctx, r.k.routes(user), connID).Err()
+	})
+}
+
+// UserRoutes implements Backend: HGETALL, then HDEL of the expired fields
+// (when there are any).
+func (r *Redis) UserRoutes(ctx context.Context, user string) ([]Route, error) {
+	var fields map[string]string
+	err := r.do(ctx, "user routes", true, func(ctx context.Context) (err error) {
+		fields, err = r.c.HGetAll(ctx, r.k.routes(user)).Result()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	routes, expired := decodeRoutes(user, fields, time.Now())
+	r.hdelIfSame(ctx, r.k.routes(user), fields, expired)
+	return routes, nil
+}
+
+// encodeRoute is the value of a route field: "node|connectedAtMs|expiresAtMs".
+func encodeRoute(rt Route, expiresAt int64) string {
+	return rt.Node + "|" + strconv.FormatInt(rt.ConnectedAt, 10) + "|" + strconv.FormatInt(expiresAt, 10)
+}
+
+// decodeRoute parses from the right, so node ids may contain '|'.
+func decodeRoute(v string) (node string, connectedAt, expiresAt int64, ok bool) {
+	i := strings.LastIndexByte(v, '|')
+	if i < 0 {
+		return "", 0, 0, false
+	}
+	j := strings.LastIndexByte(v[:i], '|')
+	if j < 0 {
+		return "", 0, 0, false
+	}
+	var err1, err2 error
+	connectedAt, err1 = strconv.ParseInt(v[j+1:i], 10, 64)
+	expiresAt, err2 = strconv.ParseInt(v[i+1:], 10, 64)
+	return v[:j], connectedAt, expiresAt, err1 == nil && err2 == nil
+}
+
+// decodeRoutes turns a routes hash into the live routes (sorted like
+// Memory's) and the fields that expired or do not parse.
+func decodeRoutes(user string, fields map[string]string, now time.Time) (live []Route, expired []string) {
+	live = make([]Route, 0, len(fields))
+	nowMs := now.UnixMilli()
+	for conn, v := range fields {
+		node, at, exp, ok := decodeRoute(v)
+		if !ok || exp <= nowMs {
+			expired = append(expired, conn)
+			continue
+		}
+		live = append(live, Route{User: user, ConnID: conn, Node: node, ConnectedAt: at})
+	}
+	sortRoutes(live)
+	return live, expired
+}
+
+// JoinRoom implements Backend: SADD to the room's members and to the
+// user's rooms, pipelined (two slots: not atomic together).
+func (r *Redis) JoinRoom(ctx context.Context, room, user string) error {
+	return r.do(ctx, "join room", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.SAdd(ctx, r.k.roomMembers(room), user)
+			p.SAdd(ctx, r.k.userRooms(user), room)
+			return nil
+		})
+		return err
+	})
+}
+
+// LeaveRoom implements Backend, like JoinRoom with SREM.
+func (r *Redis) LeaveRoom(ctx context.Context, room, user string) error {
+	return r.do(ctx, "leave room", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.SRem(ctx, r.k.roomMembers(room), user)
+			p.SRem(ctx, r.k.userRooms(user), room)
+			return nil
+		})
+		return err
+	})
+}
+
+// RoomMembers implements Backend, sorted.
+func (r *Redis) RoomMembers(ctx context.Context, room string) ([]string, error) {
+	return r.sortedSet(ctx, "room members", r.k.roomMembers(room))
+}
+
+// UserRooms implements Backend, sorted.
+func (r *Redis) UserRooms(ctx context.Context, user string) ([]string, error) {
+	return r.sortedSet(ctx, "user rooms", r.k.userRooms(user))
+}
+
+func (r *Redis) sortedSet(ctx context.Context, op, key string) ([]string, error) {
+	var out []string
+	err := r.do(ctx, op, true, func(ctx context.Context) (err error) {
+		out, err = r.c.SMembers(ctx, key).Result()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// SetRoomInterest implements Backend: per room HSET node -> expiry and
+// PEXPIRE of the room's key, plus SADD of the rooms to the node's set, all
+// in one pipeline.
+func (r *Redis) SetRoomInterest(ctx context.Context, node string, rooms []string, ttl time.Duration) error {
+	if len(rooms) == 0 {
+		return nil
+	}
+	exp := strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10)
+	keyTTL := ttl + keySlack
+	for batch := range slices.Chunk(rooms, routeBatch) {
+		err := r.do(ctx, "set room interest", true, func(ctx context.Context) error {
+			_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, room := range batch {
+					p.HSet(ctx, r.k.roomNodes(room), node, exp)
+					p.PExpire(ctx, r.k.roomNodes(room), keyTTL)
+				}
+				p.SAdd(ctx, r.k.nodeRooms(node), toAny(batch)...)
+				p.PExpire(ctx, r.k.nodeRooms(node), keyTTL)
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DropRoomInterest implements Backend: HDEL per room and SREM from the
+// node's set, in one pipeline.
+func (r *Redis) DropRoomInterest(ctx context.Context, node string, rooms []string) error {
+	if len(rooms) == 0 {
+		return nil
+	}
+	for batch := range slices.Chunk(rooms, routeBatch) {
+		err := r.do(ctx, "drop room interest", true, func(ctx context.Context) error {
+			_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, room := range batch {
+					p.HDel(ctx, r.k.roomNodes(room), node)
+				}
+				p.SRem(ctx, r.k.nodeRooms(node), toAny(batch)...)
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RoomNodes implements Backend: HGETALL, skipping (and then deleting)
+// expired entries.
+func (r *Redis) RoomNodes(ctx context.Context, room string) ([]string, error) {
+	var fields map[string]string
+	err := r.do(ctx, "room nodes", true, func(ctx context.Context) (err error) {
+		fields, err = r.c.HGetAll(ctx, r.k.roomNodes(room)).Result()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UnixMilli()
+	out := make([]string, 0, len(fields))
+	var expired []string
+	for node, v := range fields {
+		if exp, err := strconv.ParseInt(v, 10, 64); err != nil || exp <= now {
+			expired = append(expired, node)
+			continue
+		}
+		out = append(out, node)
+	}
+	r.hdelIfSame(ctx, r.k.roomNodes(room), fields, expired)
+	slices.Sort(out)
+	return out, nil
+}
+
+// hdelIfSame deletes the expired fields of a hash that still hold the value
+// read (see scriptHDelIfSame). Best effort: readers skip expired fields
+// anyway, so an error is ignored.
+func (r *Redis) hdelIfSame(ctx context.Context, key string, read map[string]string, expired []string) {
+	if len(expired) == 0 {
+		return
+	}
+	args := make([]any, 0, 2*len(expired))
+	for _, f := range expired {
+		args = append(args, f, read[f])
+	}
+	_ = r.do(ctx, "expire entries", true, func(ctx context.Context) error {
+		return scriptHDelIfSame.Run(ctx, r.c, []string{key}, args...).Err()
+	})
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}

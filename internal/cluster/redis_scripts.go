@@ -1,0 +1,111 @@
+package cluster
+
+import "github.com/redis/go-redis/v9"
+
+// Lua scripts. Each touches the keys of one hash tag only (one slot in
+// Redis Cluster). Numbers cross the boundary as decimal strings; Lua numbers
+// are doubles, exact up to 2^53, far above any seq or Unix millisecond.
+
+// luaTrim drops the inbox's expired messages oldest first, then the oldest
+// beyond the limit. Expiry stops at the first message that has not expired,
+// so what is kept is always a contiguous run of seqs (with one TTL for all
+// messages that is exactly each message's own expiry). Usually costs one
+// ZRANGE of one member and one ZCARD.
+const luaTrim = `
+local function trim(key, now, limit)
+  while true do
+    local head = redis.call('ZRANGE', key, 0, 0)
+    if #head == 0 then break end
+    local exp = tonumber(string.match(head[1], '^%d+:(%d+):'))
+    if exp == 0 or exp > now then break end
+    redis.call('ZREMRANGEBYRANK', key, 0, 0)
+  end
+  if limit > 0 then
+    local n = redis.call('ZCARD', key)
+    if n > limit then redis.call('ZREMRANGEBYRANK', key, 0, n - limit - 1) end
+  end
+end
+`
+
+// scriptAppend: KEYS seq, ack, inbox, routes; ARGV nowMs, ttlMs (0 = no
+// expiry), limit (0 = none), keepMs (lifetime of seq and ack), payload.
+// Returns {seq, HGETALL routes}.
+var scriptAppend = redis.NewScript(luaTrim + `
+local seq = redis.call('INCR', KEYS[1])
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local exp = 0
+if ttl > 0 then exp = now + ttl end
+redis.call('ZADD', KEYS[3], seq, string.format('%d:%d:', seq, exp) .. ARGV[5])
+trim(KEYS[3], now, tonumber(ARGV[3]))
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+else
+  redis.call('PERSIST', KEYS[3])
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+end
+return {seq, redis.call('HGETALL', KEYS[4])}
+`)
+
+// scriptRead: KEYS seq, ack, inbox; ARGV nowMs, since, limit.
+// Returns {lastSeq, acked, firstKeptSeq (0: none), members with seq > since}.
+var scriptRead = redis.NewScript(luaTrim + `
+trim(KEYS[3], tonumber(ARGV[1]), tonumber(ARGV[3]))
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+local acked = tonumber(redis.call('GET', KEYS[2]) or '0')
+local first = 0
+local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if #head > 0 then first = tonumber(head[2]) end
+return {last, acked, first, redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], '+inf')}
+`)
+
+// scriptAck: KEYS seq, ack, inbox; ARGV seq. Cumulative, never backwards,
+// never beyond the last seq assigned. The ack key lives as long as the seq
+// key. Returns the acknowledged seq.
+var scriptAck = redis.NewScript(`
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+local acked = tonumber(redis.call('GET', KEYS[2]) or '0')
+local s = math.min(tonumber(ARGV[1]), last)
+if s <= acked then return acked end
+redis.call('SET', KEYS[2], string.format('%d', s))
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', s)
+return s
+`)
+
+// scriptPutNode: KEYS node hash, index; ARGV ttlMs, id, field, value, ...
+// Returns 1 when the hash existed before.
+var scriptPutNode = redis.NewScript(`
+local existed = redis.call('EXISTS', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[2])
+return existed
+`)
+
+// scriptNodes: KEYS index; ARGV node hash key prefix. The node hashes are
+// named from the index (same hash tag, so same slot). Ids whose hash
+// expired leave the index. Returns a list of HGETALL replies.
+var scriptNodes = redis.NewScript(`
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local h = redis.call('HGETALL', ARGV[1] .. id)
+  if #h == 0 then redis.call('SREM', KEYS[1], id) else out[#out + 1] = h end
+end
+return out
+`)
+
+// scriptHDelIfSame: KEYS hash; ARGV field, value, field, value, ...
+// Deletes each field only while it still holds the value the caller saw
+// expire, so a lazy cleanup never removes an entry refreshed meanwhile.
+var scriptHDelIfSame = redis.NewScript(`
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+return 0
+`)

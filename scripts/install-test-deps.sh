@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs from Debian's packages, if missing:
+# redis-server (with redis-cli and sentinel mode) and Chromium for the
+# browser tests. Idempotent; needs root (CI runs as root).
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v redis-cli >/dev/null || need+=(redis-tools)
+command -v chromium >/dev/null || need+=(chromium)
+if [ ${#need[@]} -eq 0 ]; then
+	echo "test dependencies present: $(redis-server --version | cut -d' ' -f1-3), $(chromium --version 2>/dev/null | head -1)"
+	exit 0
+fi
+echo "installing test dependencies: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y --no-install-recommends "${need[@]}" >/tmp/wsgate-apt.log 2>&1; then
+	apt-get update >>/tmp/wsgate-apt.log 2>&1
+	apt-get install -y --no-install-recommends "${need[@]}" >>/tmp/wsgate-apt.log 2>&1 || {
+		tail -n 30 /tmp/wsgate-apt.log
+		exit 1
+	}
+fi
+echo "installed: ${need[*]}"
