@@ -58,6 +58,7 @@ func (n *Node) onBus(payload []byte) {
 		return
 	}
 	body := payload[i+1:]
+	n.metrics.BusReceived.WithLabelValues(busKindName(e.Kind)).Inc()
 	switch e.Kind {
 	case kindMessage:
 		if e.TType == protocol.TargetBroadcast && e.Origin == n.cfg.NodeID {
@@ -114,4 +115,14 @@ func (n *Node) dropInterest(rooms []string) {
 	start := time.Now()
 	err := n.backend.DropRoomInterest(ctx, n.cfg.NodeID, rooms)
 	n.observe("rooms", start, err)
+}
+
+func busKindName(k string) string {
+	switch k {
+	case kindMessage:
+		return "message"
+	case kindKick, kindMembership, kindDrain:
+		return k
+	}
+	return "unknown"
 }
