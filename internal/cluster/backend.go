@@ -125,6 +125,15 @@ type Backend interface {
 	Broadcast(ctx context.Context, payload []byte) error
 	Subscribe(ctx context.Context, node string, handle func(payload []byte)) error
 
+	// Publisher idempotency. ClaimKey reserves key for ttl: claimed is
+	// true for the first caller; a later caller gets claimed false and the
+	// stored answer (nil while the first call is still in progress).
+	// StoreKey records the answer of a claimed key; ReleaseKey drops a
+	// claim whose call failed, so that a retry may run.
+	ClaimKey(ctx context.Context, key string, ttl time.Duration) (claimed bool, answer []byte, err error)
+	StoreKey(ctx context.Context, key string, answer []byte, ttl time.Duration) error
+	ReleaseKey(ctx context.Context, key string) error
+
 	// Ping checks that the backend answers.
 	Ping(ctx context.Context) error
 	Close() error

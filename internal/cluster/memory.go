@@ -39,6 +39,8 @@ type Memory struct {
 	declared map[string]map[string]struct{}  // node -> rooms it declared interest in
 	inboxes  map[string]*memInbox
 	subs     map[string]map[*memSub]struct{} // node -> live subscriptions
+	keys      map[string]memKey               // publisher idempotency keys
+	keyClaims int
 
 	done chan struct{} // closed by Close; stops every subscription
 	wg   sync.WaitGroup

@@ -110,3 +110,24 @@ func TestAPIPresenceMembersDisconnect(t *testing.T) {
 		t.Fatalf("drain unknown node %d", status)
 	}
 }
+
+func TestPublishIdempotencyKey(t *testing.T) {
+	n := startNode(t, nil)
+	c := n.connect(t, "ivy", "")
+	body := `{"target":{"type":"user","id":"ivy"},"event":"once","reliable":true,"idempotency_key":"order-42"}`
+	s1, m1 := apiCall(t, n, "POST", "/api/v1/publish", "k", body)
+	s2, m2 := apiCall(t, n, "POST", "/api/v1/publish", "k", body)
+	if s1 != 200 || s2 != 200 || m1["id"] != m2["id"] || m1["seq"] != m2["seq"] {
+		t.Fatalf("retry answered differently: %v %v / %v %v", s1, m1, s2, m2)
+	}
+	c.expect("message")
+	// The retry delivered nothing: the next frame is the marker.
+	apiCall(t, n, "POST", "/api/v1/publish", "k", `{"target":{"type":"user","id":"ivy"},"event":"marker"}`)
+	if m := c.expect("message"); m["event"] != "marker" {
+		t.Fatalf("duplicate delivery: %v", m)
+	}
+	s3, m3 := apiCall(t, n, "POST", "/api/v1/publish", "k", `{"target":{"type":"user","id":"ivy"},"event":"other","reliable":true,"idempotency_key":"order-43"}`)
+	if s3 != 200 || m3["seq"].(float64) != 2 {
+		t.Fatalf("another key: %d %v", s3, m3)
+	}
+}

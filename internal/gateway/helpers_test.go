@@ -158,7 +158,6 @@ func (c *wsClient) readLoop() {
 	}
 }
 
-
 func (c *wsClient) send(v any) {
 	c.t.Helper()
 	var b []byte

@@ -77,14 +77,63 @@ func (r *PublishRequest) Validate() (class, error) {
 	return cl, nil
 }
 
+// idempotencyTTL is how long a publish answer is kept for its key.
+const idempotencyTTL = 5 * time.Minute
+
 // Publish delivers a message to its target wherever in the cluster it is:
 // to the nodes that hold the user's connections, the nodes with a member
-// of the room online, or every node.
+// of the room online, or every node. With an idempotency key, a retry
+// within 5 minutes gets the first answer and delivers nothing again.
 func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, error) {
 	cl, err := r.Validate()
 	if err != nil {
 		return PublishResult{}, err
 	}
+	if r.IdempotencyKey == "" {
+		return n.publish(ctx, r, cl)
+	}
+	if len(r.IdempotencyKey) > protocol.MaxNameBytes {
+		return PublishResult{}, badRequest("idempotency_key is longer than %d bytes", protocol.MaxNameBytes)
+	}
+	for {
+		claimed, answer, err := n.backend.ClaimKey(ctx, r.IdempotencyKey, idempotencyTTL)
+		if err != nil {
+			return PublishResult{}, unavailable("idempotency key", err)
+		}
+		if claimed {
+			break
+		}
+		if answer != nil {
+			var res PublishResult
+			if err := json.Unmarshal(answer, &res); err != nil {
+				return PublishResult{}, unavailable("idempotency key", err)
+			}
+			return res, nil
+		}
+		// The first publish with this key is still running: wait for its
+		// answer, within the request's deadline.
+		select {
+		case <-ctx.Done():
+			return PublishResult{}, &APIError{Status: http.StatusConflict, Code: "conflict", Message: "a publish with this idempotency_key is still in progress"}
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	res, err := n.publish(ctx, r, cl)
+	// The key outlives the request's deadline: store it on a fresh one.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*time.Second)
+	defer cancel()
+	if err != nil {
+		_ = n.backend.ReleaseKey(sctx, r.IdempotencyKey)
+		return res, err
+	}
+	b, _ := json.Marshal(res)
+	if err := n.backend.StoreKey(sctx, r.IdempotencyKey, b, idempotencyTTL); err != nil {
+		n.log.Warn("idempotency answer not stored; a retry would publish again", "err", err)
+	}
+	return res, nil
+}
+
+func (n *Node) publish(ctx context.Context, r PublishRequest, cl class) (PublishResult, error) {
 	now := time.Now()
 	msg := protocol.Message{ID: n.newID(), Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target}
 	res := PublishResult{ID: msg.ID}
@@ -103,6 +152,7 @@ func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, er
 			msg.Seq, res.Seq, routes = ar.Seq, ar.Seq, ar.Routes
 		} else {
 			start := time.Now()
+			var err error
 			routes, err = n.backend.UserRoutes(ctx, r.Target.ID)
 			n.observe("route", start, err)
 			if err != nil {
