@@ -89,7 +89,7 @@ func TestReadableEventsAndStaleTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok2.gen == tok.gen {
+	if tok2.loop == tok.loop && tok2.gen == tok.gen {
 		t.Fatal("generation reused")
 	}
 	if tok.loop.lookup(tok.slot, tok.gen) != nil {
