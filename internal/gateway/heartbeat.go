@@ -44,6 +44,7 @@ func (n *Node) heartbeatLoop() {
 		if lost || !wasHealthy || time.Since(lastRefresh) >= refreshEvery {
 			if lost {
 				n.log.Warn("cluster backend lost this node's state; registering routes and rooms again")
+				n.goFunc(n.resyncSeqs)
 			}
 			if err := n.reRegister(ctx); err == nil {
 				lastRefresh = time.Now()
@@ -85,6 +86,26 @@ func (n *Node) reRegister(ctx context.Context) error {
 		n.observe("rooms", start, err)
 	}
 	return err
+}
+
+// resyncSeqs runs after the backend lost its data: a user's seq counter
+// may have restarted, and a connection that remembers a higher seq would
+// take the new messages for duplicates. Each connection's last seq is
+// lowered to the user's current seq where it is above it.
+func (n *Node) resyncSeqs() {
+	for _, c := range n.hub.all() {
+		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
+		last, err := n.backend.LastSeq(ctx, c.user)
+		cancel()
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		if c.lastSeq > last {
+			c.lastSeq = last
+		}
+		c.mu.Unlock()
+	}
 }
 
 // staleAfter is when a node whose heartbeat stopped is skipped by the
