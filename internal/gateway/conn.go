@@ -50,7 +50,8 @@ type conn struct {
 	n  *Node
 	mu sync.Mutex
 
-	fd      int
+	fd      int    // the socket, owned by the event loop (-1 with TLS)
+	tlsc    *tlsIO // TLS connections only
 	token   netpoll.Token
 	state   uint8
 	writing bool // a writer owns the socket's output (in the pool or writing)
@@ -63,9 +64,10 @@ type conn struct {
 	ip     string
 	claims *auth.Claims
 
-	outq [][]byte // queued frames, each a whole WebSocket frame
-	wbuf []byte   // unsent rest of a short write
-	rbuf []byte   // unparsed inbound bytes (a split frame); loop goroutine only
+	outq [][]byte  // queued frames, each a whole WebSocket frame
+	wbuf []byte    // unsent rest of a short write
+	rbuf []byte    // unparsed inbound bytes (a split frame); reader only
+	frag *fragment // a fragmented message being assembled; reader only
 	x    *connExtra
 
 	connectedAt  int64 // Unix ms
@@ -83,10 +85,14 @@ type conn struct {
 	badMinute int64
 }
 
-// connExtra holds what only a busy or unusual connection needs.
+// fragment is a fragmented client message being assembled.
+type fragment struct {
+	op   byte
+	data []byte
+}
+
+// connExtra holds what only a busy or unusual connection needs; under mu.
 type connExtra struct {
-	frag    []byte // fragmented message being assembled (loop goroutine)
-	fragOp  byte
 	inq     []*protocol.ClientFrame // frames waiting for the inbound goroutine
 	held    []*delivery             // live deliveries held while resuming
 	catchUp bool                    // an inbox catch-up is running
@@ -161,7 +167,16 @@ func (c *conn) kickLocked() {
 	if c.writing || c.waitOut || c.state == stResuming {
 		return
 	}
+	c.scheduleWriteLocked()
+}
+
+// scheduleWriteLocked makes a writer own the connection's output.
+func (c *conn) scheduleWriteLocked() {
 	c.writing = true
+	if c.tlsc != nil {
+		c.tlsc.wakeWriter()
+		return
+	}
 	select {
 	case c.n.writers <- c:
 	default:
@@ -199,6 +214,9 @@ func (c *conn) flush() {
 // back). Any goroutine holding c.mu may call it: the mutex is what makes
 // the writer one at a time.
 func (c *conn) writeOutLocked() {
+	if c.tlsc != nil {
+		return // the TLS writer goroutine writes
+	}
 	for c.state != stClosed && !c.waitOut {
 		if len(c.wbuf) > 0 {
 			n, err := unix.Write(c.fd, c.wbuf)
@@ -312,12 +330,7 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 	}
 	c.logger().Info("closing connection", "code", code, "reason", reason)
 	if wasResuming || (!c.writing && !c.waitOut) {
-		c.writing = true
-		select {
-		case c.n.writers <- c:
-		default:
-			go c.flush()
-		}
+		c.scheduleWriteLocked()
 	}
 }
 
@@ -337,9 +350,16 @@ func (c *conn) teardownLocked(why string) {
 		c.n.metrics.Closes.WithLabelValues("0").Inc()
 	}
 	c.state = stClosed
-	c.n.poller.Unregister(c.fd, c.token)
-	unix.Close(c.fd)
-	c.outq, c.wbuf, c.x = nil, nil, nil
+	if c.tlsc != nil {
+		c.tlsc.close()
+	} else {
+		c.n.poller.Unregister(c.fd, c.token)
+		unix.Close(c.fd)
+	}
+	c.outq, c.wbuf = nil, nil
+	if c.x != nil {
+		c.x.inq, c.x.held = nil, nil
+	}
 	c.logger().Debug("connection ended", "why", why)
 	// Everything else outside the lock, off this goroutine.
 	go c.n.forget(c)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -172,15 +173,20 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		initial, _ = rw.Reader.Peek(rw.Reader.Buffered())
 		initial = append([]byte(nil), initial...)
 	}
-	fd, err := netpoll.TakeFD(netConn)
-	if err != nil {
+	fd := -1
+	var tlsc *tlsIO
+	if tc, ok := netConn.(*tls.Conn); ok {
+		// TLS is decrypted in Go: the connection gets a reader and a
+		// writer goroutine (see tls.go).
+		tlsc = newTLSIO(tc)
+	} else if fd, err = netpoll.TakeFD(netConn); err != nil {
 		release()
 		netConn.Close()
 		n.log.Error("cannot take the socket into the event loop", "err", err)
 		return
 	}
 	c := &conn{
-		n: n, fd: fd, format: format, id: n.newID(), user: claims.Subject, ip: ip, claims: claims,
+		n: n, fd: fd, tlsc: tlsc, format: format, id: n.newID(), user: claims.Subject, ip: ip, claims: claims,
 		connectedAt: time.Now().UnixMilli(), lastRead: time.Now().Unix(),
 		nextPing: time.Now().Add(n.cfg.PingInterval).Unix(),
 	}
@@ -302,16 +308,33 @@ func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
 	c.queueInboxLocked(rd.Messages)
 	c.releaseLocked(held)
 	c.kickLocked()
-	tok, err := n.poller.Register(c.fd, c)
+	c.mu.Unlock()
+	log.Info("connection open", "ip", c.ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages), "tls", c.tlsc != nil)
+	// Bytes that came with the handshake are parsed before the socket's
+	// reader starts, so that one reader at a time touches the parser.
+	c.feed(initial)
+	c.startReading()
+}
+
+// startReading hands the socket to its reader: the event loop, or for a
+// TLS connection its own reader and writer goroutines.
+func (c *conn) startReading() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stClosed {
+		return
+	}
+	if c.tlsc != nil {
+		c.n.goFunc(c.tlsReader)
+		c.n.goFunc(c.tlsWriter)
+		return
+	}
+	tok, err := c.n.poller.Register(c.fd, c)
 	if err != nil {
 		c.teardownLocked("register: " + err.Error())
-		c.mu.Unlock()
 		return
 	}
 	c.token = tok
-	c.mu.Unlock()
-	log.Info("connection open", "ip", c.ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages))
-	c.feed(initial)
 }
 
 // replaceOthers closes the user's other connections (single device policy)

@@ -21,9 +21,11 @@ func (c *conn) OnReadable(buf []byte) {
 			return
 		}
 		n, err := unix.Read(c.fd, buf)
-		c.mu.Unlock()
 		if n > 0 {
 			c.lastRead = time.Now().Unix()
+		}
+		c.mu.Unlock()
+		if n > 0 {
 			if !c.consume(buf[:n]) {
 				return
 			}
@@ -71,8 +73,8 @@ func (c *conn) consume(data []byte) bool {
 		}
 		if !wsframe.IsControl(h.OpCode) {
 			total := h.Length
-			if c.x != nil && h.OpCode == wsframe.OpContinuation {
-				total += int64(len(c.x.frag))
+			if c.frag != nil && h.OpCode == wsframe.OpContinuation {
+				total += int64(len(c.frag.data))
 			}
 			if total > max {
 				c.rbuf = nil
@@ -134,26 +136,24 @@ func (c *conn) onFrame(h wsframe.Header, payload []byte) bool {
 		c.close(code, "")
 		return false
 	case wsframe.OpContinuation:
-		if c.x == nil || c.x.fragOp == 0 {
+		if c.frag == nil {
 			c.protocolError("continuation without a started message")
 			return false
 		}
-		c.x.frag = append(c.x.frag, payload...)
+		c.frag.data = append(c.frag.data, payload...)
 		if !h.Fin {
 			return true
 		}
-		op, msg := c.x.fragOp, c.x.frag
-		c.x.frag, c.x.fragOp = nil, 0
-		return c.onMessage(op, msg)
+		f := c.frag
+		c.frag = nil
+		return c.onMessage(f.op, f.data)
 	default: // text or binary
-		if c.x != nil && c.x.fragOp != 0 {
+		if c.frag != nil {
 			c.protocolError("new message inside a fragmented one")
 			return false
 		}
 		if !h.Fin {
-			x := c.extra()
-			x.fragOp = h.OpCode
-			x.frag = append([]byte(nil), payload...)
+			c.frag = &fragment{op: h.OpCode, data: append([]byte(nil), payload...)}
 			return true
 		}
 		return c.onMessage(h.OpCode, payload)
