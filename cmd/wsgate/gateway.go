@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -88,6 +90,9 @@ func runGateway(args []string, dev bool) int {
 		fmt.Fprintf(os.Stderr, "\n  wsgate dev is up: console http://%s/  demo chat http://%s/demo\n\n", hostPort(ln.Addr().String()), hostPort(ln.Addr().String()))
 	}
 
+	if cfg.DebugListen != "" {
+		startProfiler(cfg.DebugListen, log)
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- node.Serve(ln) }()
 	sigs := make(chan os.Signal, 2)
@@ -140,4 +145,20 @@ func checkFileLimit(log *slog.Logger) {
 	} else {
 		log.Info("open file limit", "limit", rl.Cur)
 	}
+}
+
+// startProfiler serves net/http/pprof on its own listener (--debug-listen).
+func startProfiler(addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	go func() {
+		log.Info("profiler listening", "debug_listen", addr)
+		if err := http.ListenAndServe(addr, mux); err != nil {
+			log.Error("profiler listener failed", "err", err)
+		}
+	}()
 }

@@ -15,6 +15,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/wsgate/wsgate/internal/bench"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -50,9 +52,10 @@ func run(args []string) int {
 		return runGateway(rest, true)
 	case "allocator":
 		return runAllocator(rest)
-	case "autoscaler", "bench":
-		fmt.Fprintf(os.Stderr, "wsgate %s: not yet available in this build\n", cmd)
-		return 2
+	case "autoscaler":
+		return runAutoscaler(rest)
+	case "bench":
+		return bench.Main(rest)
 	case "version", "--version", "-v":
 		fmt.Println("wsgate", version)
 		return 0

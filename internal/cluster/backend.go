@@ -64,6 +64,12 @@ type InboxRead struct {
 	Acked    int64 // highest acknowledged seq
 }
 
+// ConnectResult is the answer to Connect.
+type ConnectResult struct {
+	Rooms []string  // the user's rooms
+	Inbox InboxRead // as ReadInbox(since)
+}
+
 // AppendResult is the answer to AppendInbox.
 type AppendResult struct {
 	Seq    int64
@@ -89,6 +95,15 @@ type Backend interface {
 	// after a node whose heartbeat stopped).
 	RemoveNode(ctx context.Context, id string) error
 	Nodes(ctx context.Context) ([]NodeInfo, error)
+
+	// Connect is what a new connection needs in one step: it registers the
+	// route (as AddRoutes), then reads the user's rooms and inbox after
+	// since (as UserRooms and ReadInbox). The route is stored before the
+	// reads, so a message appended after the read is routed to the new
+	// connection. The Redis backend runs it as one script and pipelines
+	// concurrent calls, so a connect storm costs a fraction of a round trip
+	// per connection.
+	Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error)
 
 	// AddRoutes registers or refreshes routes (batched: one call per many
 	// connections) with the given lifetime.

@@ -104,6 +104,7 @@ type Redis struct {
 	registered map[string]bool // nodes registered through this backend
 	subs       map[*redisSub]struct{}
 	wg         sync.WaitGroup
+	connects   connectBatcher
 }
 
 // NewRedis connects to the deployment that opt.URL names. It fails only for

@@ -61,6 +61,22 @@ if #head > 0 then first = tonumber(head[2]) end
 return {last, acked, first, redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], '+inf')}
 `)
 
+// scriptConnect: KEYS routes, rooms, seq, ack, inbox; ARGV connID, route
+// value, route key TTL ms, nowMs, since, limit. Stores the route, then
+// reads as scriptRead does. Returns {lastSeq, acked, firstKeptSeq,
+// members with seq > since, rooms}.
+var scriptConnect = redis.NewScript(luaTrim + `
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+trim(KEYS[5], tonumber(ARGV[4]), tonumber(ARGV[6]))
+local last = tonumber(redis.call('GET', KEYS[3]) or '0')
+local acked = tonumber(redis.call('GET', KEYS[4]) or '0')
+local first = 0
+local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+if #head > 0 then first = tonumber(head[2]) end
+return {last, acked, first, redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. ARGV[5], '+inf'), redis.call('SMEMBERS', KEYS[2])}
+`)
+
 // scriptAck: KEYS seq, ack, inbox; ARGV seq. Cumulative, never backwards,
 // never beyond the last seq assigned. The ack key lives as long as the seq
 // key. Returns the acknowledged seq.

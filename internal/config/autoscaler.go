@@ -21,15 +21,21 @@ type Autoscaler struct {
 
 	Actuator      string // ActuatorExec, ActuatorKubernetes or ActuatorLocal
 	ExecCommand   string
+	ExecTimeout   time.Duration // exec actuator: limit of one run; 0 = DefaultExecTimeout
 	K8sNamespace  string
 	K8sDeployment string
 	K8sAPIURL     string
 	LocalBinary   string
 	LocalBasePort int
 
-	APIKey   string // the gateways' server API key (drain calls)
-	LogLevel string
+	APIKey    string // the gateways' server API key (drain calls)
+	JWTSecret string // local actuator: WSGATE_JWT_SECRET of the nodes it starts
+	LogLevel  string
 }
+
+// DefaultExecTimeout bounds one run of the exec actuator's command when
+// WSGATE_EXEC_TIMEOUT is 0 (its default).
+const DefaultExecTimeout = 2 * time.Minute
 
 // Actuators (WSGATE_ACTUATOR).
 const (
@@ -59,12 +65,14 @@ func NewAutoscalerSet(cfg *Autoscaler) *Set {
 	s.Duration(&cfg.Cooldown, "cooldown", 5*time.Minute, "least time between two scaling actions")
 	s.String(&cfg.Actuator, "actuator", ActuatorExec, "how to scale: exec, kubernetes or local")
 	s.String(&cfg.ExecCommand, "exec-command", "", "exec actuator: command run with the desired node count, or with drain NODE, as last arguments")
+	s.Duration(&cfg.ExecTimeout, "exec-timeout", 0, "exec actuator: time limit of one run of the command, killed after it (0 = 2m)")
 	s.String(&cfg.K8sNamespace, "k8s-namespace", "", "kubernetes actuator: namespace of the Deployment (empty = the pod's own namespace)")
 	s.String(&cfg.K8sDeployment, "k8s-deployment", "", "kubernetes actuator: name of the gateway Deployment")
 	s.String(&cfg.K8sAPIURL, "k8s-api-url", "", "kubernetes actuator: API server URL (empty = in-cluster service account)")
 	s.String(&cfg.LocalBinary, "local-binary", "", "local actuator: wsgate binary to start (empty = this executable)")
 	s.Int(&cfg.LocalBasePort, "local-base-port", 8090, "local actuator: port of the first node; the others follow")
 	s.String(&cfg.APIKey, "api-key", "", "the gateways' server API key, used to drain a node").Secret()
+	s.String(&cfg.JWTSecret, "jwt-secret", "", "local actuator: HS256 secret passed to the gateways it starts (WSGATE_JWT_SECRET)").Secret()
 	s.String(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return s
 }
@@ -104,6 +112,7 @@ func (c *Autoscaler) Validate() error {
 		v.failf("%s (%d) must not be below %s (%d)", EnvName("max-nodes"), c.MaxNodes, EnvName("min-nodes"), c.MinNodes)
 	}
 	v.notNegativeDur("cooldown", c.Cooldown)
+	v.notNegativeDur("exec-timeout", c.ExecTimeout)
 	v.oneOf("actuator", c.Actuator, ActuatorExec, ActuatorKubernetes, ActuatorLocal)
 	switch {
 	case !v.ok():

@@ -54,6 +54,7 @@ type Gateway struct {
 	ReliableReplicas  int           // Redis WAIT replicas before a reliable publish is answered
 	HeartbeatInterval time.Duration // node record report period
 	LogLevel          string        // debug, info, warn, error
+	DebugListen       string        // net/http/pprof listener; empty = off
 	Dev               bool          // hidden: set by the dev subcommand
 }
 
@@ -135,6 +136,7 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Int(&c.ReliableReplicas, "reliable-replicas", 0, "Redis replicas (WAIT) that must have a reliable message before the publish is answered (0 = do not wait)")
 	s.Duration(&c.HeartbeatInterval, "heartbeat-interval", 2*time.Second, "period of the node record report (load, status, heartbeat)")
 	s.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	s.String(&c.DebugListen, "debug-listen", "", "listen address of the Go profiler (/debug/pprof/); empty = off. Keep it on loopback")
 	s.Bool(&c.Dev, "dev", false, "dev mode (set by the dev subcommand)").Hide()
 }
 

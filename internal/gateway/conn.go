@@ -164,7 +164,7 @@ func (c *conn) enqueueLocked(frame []byte, cl class) (ok, wait bool) {
 // kickLocked hands the connection to a writer unless one owns it already
 // or the socket is full (EPOLLOUT will bring it back).
 func (c *conn) kickLocked() {
-	if c.writing || c.waitOut || c.state == stResuming {
+	if c.writing || c.waitOut || c.state == stResuming || (len(c.outq) == 0 && len(c.wbuf) == 0) {
 		return
 	}
 	c.scheduleWriteLocked()

@@ -232,7 +232,7 @@ func (e errUnauthorized) Error() string { return string(e) }
 // the replay, then the live messages held meanwhile, and starts reading.
 func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
 	log := c.logger()
-	first := n.hub.add(c)
+	n.hub.add(c)
 	if n.cfg.DevicePolicy == config.DeviceSingle {
 		n.replaceOthers(c)
 	}
@@ -245,38 +245,25 @@ func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
 		c.mu.Unlock()
 		c.teardown("setup failed")
 	}
+	// One backend step: the route is stored, then the user's rooms and
+	// inbox are read (see cluster.Backend.Connect for why in that order).
 	start := time.Now()
 	route := cluster.Route{User: c.user, ConnID: c.id, Node: n.cfg.NodeID, ConnectedAt: c.connectedAt}
-	err := n.backend.AddRoutes(ctx, []cluster.Route{route}, n.cfg.RouteTTL)
+	cr, err := n.backend.Connect(ctx, route, n.cfg.RouteTTL, since, n.inboxOpts())
 	n.observe("route", start, err)
 	if err != nil {
-		fail("route", err)
+		fail("connect", err)
 		return
 	}
-	if first {
+	rd := cr.Inbox
+	if added := n.hub.setRooms(c.user, cr.Rooms); len(added) > 0 {
 		start = time.Now()
-		rooms, err := n.backend.UserRooms(ctx, c.user)
+		err := n.backend.SetRoomInterest(ctx, n.cfg.NodeID, added, n.cfg.RouteTTL)
 		n.observe("rooms", start, err)
 		if err != nil {
-			fail("rooms", err)
+			fail("room interest", err)
 			return
 		}
-		if added := n.hub.setRooms(c.user, rooms); len(added) > 0 {
-			start = time.Now()
-			err := n.backend.SetRoomInterest(ctx, n.cfg.NodeID, added, n.cfg.RouteTTL)
-			n.observe("rooms", start, err)
-			if err != nil {
-				fail("room interest", err)
-				return
-			}
-		}
-	}
-	start = time.Now()
-	rd, err := n.backend.ReadInbox(ctx, c.user, since, n.inboxOpts())
-	n.observe("inbox", start, err)
-	if err != nil {
-		fail("inbox", err)
-		return
 	}
 
 	welcome, _ := protocol.Encode(c.format, protocol.Welcome{
@@ -304,9 +291,14 @@ func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
 	if c.x != nil {
 		held, c.x.held = c.x.held, nil
 	}
-	c.state = stOpen
+	// Still resuming (nothing is handed to a writer yet): queue the
+	// replay, then what arrived live meanwhile, then open.
 	c.queueInboxLocked(rd.Messages)
 	c.releaseLocked(held)
+	c.state = stOpen
+	// The socket of a new connection is writable: the welcome and the
+	// replay go out from here, without a hand-off to the writer pool.
+	c.writeOutLocked()
 	c.kickLocked()
 	c.mu.Unlock()
 	log.Info("connection open", "ip", c.ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages), "tls", c.tlsc != nil)

@@ -1,0 +1,151 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// connectBatch is the largest number of Connect scripts in one pipeline.
+const connectBatch = 256
+
+// connectReq is one Connect waiting for its batch.
+type connectReq struct {
+	route Route
+	ttl   time.Duration
+	since int64
+	opt   InboxOptions
+	res   ConnectResult
+	err   error
+	done  chan struct{}
+}
+
+// connectBatcher pipelines concurrent Connect calls: a call made while a
+// batch is in flight waits for the next one, so under a connect storm
+// hundreds of connects share a round trip, and a lone connect is sent at
+// once (no timer, no added latency).
+type connectBatcher struct {
+	mu      sync.Mutex
+	pending []*connectReq
+	running bool
+}
+
+// Connect implements Backend with scriptConnect, pipelined across callers.
+func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error) {
+	req := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt, done: make(chan struct{})}
+	b := &r.connects
+	b.mu.Lock()
+	b.pending = append(b.pending, req)
+	start := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if start {
+		go r.runConnects()
+	}
+	select {
+	case <-req.done:
+		return req.res, req.err
+	case <-ctx.Done():
+		return ConnectResult{}, fmt.Errorf("cluster: redis connect: %w", ctx.Err())
+	}
+}
+
+func (r *Redis) runConnects() {
+	b := &r.connects
+	for {
+		b.mu.Lock()
+		n := min(len(b.pending), connectBatch)
+		if n == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		batch := append([]*connectReq(nil), b.pending[:n]...)
+		b.pending = append(b.pending[:0], b.pending[n:]...)
+		b.mu.Unlock()
+		r.connectBatch(batch)
+	}
+}
+
+func (r *Redis) connectBatch(batch []*connectReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	defer cancel()
+	now := time.Now()
+	keysArgs := func(q *connectReq) ([]string, []any) {
+		u := q.route.User
+		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u)},
+			[]any{q.route.ConnID, encodeRoute(q.route, now.Add(q.ttl).UnixMilli()), (q.ttl + keySlack).Milliseconds(),
+				now.UnixMilli(), q.since, max(q.opt.Limit, 0)}
+	}
+	cmds := make([]*redis.Cmd, len(batch))
+	// Every call is idempotent (a route HSET and reads), so the batch may
+	// be sent again after a connection error.
+	err := r.do(ctx, "connect", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, q := range batch {
+				keys, args := keysArgs(q)
+				cmds[i] = scriptConnect.EvalSha(ctx, p, keys, args...)
+			}
+			return nil
+		})
+		var re redis.Error
+		if err != nil && errors.As(err, &re) {
+			return nil // replies with errors are read one by one below
+		}
+		return err
+	})
+	for i, q := range batch {
+		if err == nil && isNoScript(cmds[i].Err()) {
+			// First use on this server (or this Cluster master): EVALSHA
+			// falls back to EVAL, which loads the script.
+			keys, args := keysArgs(q)
+			cmds[i] = scriptConnect.Run(ctx, r.c, keys, args...)
+		}
+		switch {
+		case err != nil:
+			q.err = err
+		case cmds[i].Err() != nil:
+			q.err = r.wrap("connect", cmds[i].Err())
+		default:
+			q.res, q.err = decodeConnect(q.since, cmds[i].Val())
+		}
+		close(q.done)
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+func decodeConnect(since int64, reply any) (ConnectResult, error) {
+	parts, ok := reply.([]any)
+	if !ok || len(parts) != 5 {
+		return ConnectResult{}, fmt.Errorf("cluster: redis connect: unexpected reply %T", reply)
+	}
+	last, _ := parts[0].(int64)
+	acked, _ := parts[1].(int64)
+	first, _ := parts[2].(int64)
+	members, _ := parts[3].([]any)
+	out := ConnectResult{Inbox: InboxRead{LastSeq: last, Acked: acked}}
+	out.Inbox.GapFrom, out.Inbox.GapTo = inboxGap(since, acked, first, last)
+	for _, m := range members {
+		s, _ := m.(string)
+		msg, err := decodeInboxMember(s)
+		if err != nil {
+			return ConnectResult{}, err
+		}
+		out.Inbox.Messages = append(out.Inbox.Messages, msg)
+	}
+	rooms, _ := parts[4].([]any)
+	for _, x := range rooms {
+		if s, ok := x.(string); ok {
+			out.Rooms = append(out.Rooms, s)
+		}
+	}
+	return out, nil
+}
