@@ -316,6 +316,7 @@ export class Client extends EventTarget {
     this.#fetch = o.fetch ?? globalThis.fetch?.bind(globalThis);
     this.#random = o.random ?? Math.random;
     if (typeof this.#WS !== 'function') throw new TypeError('wsgate: no WebSocket implementation (pass options.WebSocket)');
+    if (!o.url && !o.allocator && !(hasWindow && window.location)) throw new TypeError('wsgate: give options.url or options.allocator');
     this.#o = o;
   }
 
@@ -526,7 +527,11 @@ export class Client extends EventTarget {
       let token = null;
       if (typeof this.#o.token === 'function') {
         if (this.#needToken || this.#token == null) {
-          token = await this.#o.token();
+          try {
+            token = await this.#o.token();
+          } catch (err) {
+            throw new WsgateError('token_failed', `wsgate: the token function failed: ${err?.message ?? err}`);
+          }
           if (gen !== this.#gen || !this.#running) return;
           if (typeof token !== 'string' || token === '') throw new WsgateError('token_failed', 'wsgate: the token function returned no token');
           this.#token = token;

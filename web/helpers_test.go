@@ -1,0 +1,471 @@
+package web_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The browser tests start real processes: the wsgate binary (built once per
+// test run), redis-server and Chromium. They skip with -short, and when
+// Chromium (or, for the cluster test, redis-server) is not installed.
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildPath string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// wsgateBinary builds ./cmd/wsgate once per test run into a temporary
+// directory and returns its path.
+func wsgateBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "wsgate-web-test-")
+		if buildErr != nil {
+			return
+		}
+		buildPath = filepath.Join(buildDir, "wsgate")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/wsgate/wsgate/cmd/wsgate")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/wsgate: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// chromiumPath finds Chromium: $WSGATE_CHROMIUM, /usr/bin/chromium, or
+// chromium / chromium-browser / google-chrome on PATH.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("WSGATE_CHROMIUM"); p != "" {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("Chromium not found: run `make deps` (apt-get install -y chromium) or set WSGATE_CHROMIUM")
+	return ""
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ---- processes ----------------------------------------------------------------
+
+// proc is a child process whose output is kept for the test log.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+	err  error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// start runs a process until the test ends (then SIGKILL) and logs the end
+// of its output if the test failed.
+func start(t *testing.T, name string, env []string, path string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(path, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout = p.out
+	p.cmd.Stderr = p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("---- last output of %s ----\n%s", name, tail(p.out.String(), 40))
+		}
+	})
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to end.
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Kill()
+	<-p.done
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+// node is one wsgate process and its HTTP base URL.
+type node struct {
+	*proc
+	id   string
+	port int
+	base string // http://127.0.0.1:port
+}
+
+// startDev runs `wsgate dev` on a free port and waits until it is ready.
+func startDev(t *testing.T) *node {
+	t.Helper()
+	port := freePort(t)
+	n := &node{id: "dev1", port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	n.proc = start(t, "wsgate dev", []string{"WSGATE_NODE_ID=" + n.id}, wsgateBinary(t), "dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	waitReady(t, n, 20*time.Second)
+	return n
+}
+
+// startGateway runs `wsgate gateway` with env on the given port.
+func startGateway(t *testing.T, id string, port int, env []string) *node {
+	t.Helper()
+	n := &node{id: id, port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	env = append([]string{
+		"WSGATE_NODE_ID=" + id,
+		fmt.Sprintf("WSGATE_LISTEN=127.0.0.1:%d", port),
+	}, env...)
+	n.proc = start(t, "wsgate gateway "+id, env, wsgateBinary(t), "gateway")
+	waitReady(t, n, 20*time.Second)
+	return n
+}
+
+func waitReady(t *testing.T, n *node, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if n.exited() {
+			t.Fatalf("%s exited during start-up: %v\n%s", n.name, n.err, tail(n.out.String(), 20))
+		}
+		res, err := http.Get(n.base + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready within %v (last error %v)", n.name, d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startRedis runs a private redis-server on a free port (never 6379), with
+// no persistence, in a temporary directory; it is killed at cleanup.
+func startRedis(t *testing.T) (string, *proc) {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server not found: run `make deps` (apt-get install -y redis-server)")
+	}
+	port := freePort(t)
+	if port == 6379 {
+		port = freePort(t)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p := start(t, "redis-server", nil, path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if redisPing(addr) == nil {
+			return addr, p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer PING", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func redisPing(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return errors.New("unexpected answer " + line)
+	}
+	return nil
+}
+
+// ---- server API -------------------------------------------------------------
+
+// api calls the server API of n and decodes the JSON answer into out.
+func api(t *testing.T, n *node, key, method, path string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, n.base+path, rd)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %d %s: %v", method, path, res.StatusCode, b, err)
+		}
+	}
+	return res.StatusCode
+}
+
+// eventually polls cond (a Go-side check such as an API call) until it
+// holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ---- browser -------------------------------------------------------------------
+
+// newBrowser starts a headless Chromium for the test, with a fresh profile,
+// and returns a context whose tab is ready.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	exe := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	if err := chromedp.Do(ctx); err != nil { // starts the browser, without a timeout
+		t.Fatalf("start Chromium %s: %v", exe, err)
+	}
+	return ctx
+}
+
+// page is one browser tab (in its own browser context, so its storage is
+// its own) with helpers that fail the test.
+type page struct {
+	t    *testing.T
+	name string
+	ctx  context.Context
+}
+
+// newPage opens a tab in a new browser context of browser and sets a
+// 1280x800 viewport.
+func newPage(t *testing.T, browser context.Context, name string) *page {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browser, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	// The first Run binds the tab to its context: it must not have a timeout.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("open tab %s: %v", name, err)
+	}
+	p := &page{t: t, name: name, ctx: ctx}
+	p.do(chromedp.EmulateViewport(1280, 800))
+	return p
+}
+
+// do runs actions with a 30 s bound.
+func (p *page) do(actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		p.fail("%v", err)
+	}
+}
+
+func (p *page) navigate(url string) {
+	p.t.Helper()
+	p.do(chromedp.Navigate(url), chromedp.WaitReady(chromedp.CSS("body")))
+}
+
+// waitFor polls a JavaScript expression until it is truthy (100 ms period,
+// deadline d); the DOM is the source of truth, never a fixed sleep.
+func (p *page) waitFor(d time.Duration, what, expr string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, d+5*time.Second)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
+		chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(d)))
+	if err != nil {
+		p.fail("waiting %v for %s: %v", d, what, err)
+	}
+}
+
+// eval evaluates expr and decodes its value into T.
+func eval[T any](p *page, expr string) T {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.fail("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+func (p *page) click(sel string) {
+	p.t.Helper()
+	p.do(chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+}
+
+// fill sets the value of an input or textarea.
+func (p *page) fill(sel, value string) {
+	p.t.Helper()
+	p.do(chromedp.SetValue(chromedp.CSS(sel), value, chromedp.NodeVisible))
+}
+
+// screenshot writes a full-page PNG of the tab to path.
+func (p *page) screenshot(path string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.fail("screenshot: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("wrote %s (%d bytes)", path, len(buf))
+}
+
+// fail stops the test with what the page shows, for the log.
+func (p *page) fail(format string, a ...any) {
+	p.t.Helper()
+	msg := fmt.Sprintf(format, a...)
+	ctx, cancel := context.WithTimeout(p.ctx, 3*time.Second)
+	defer cancel()
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.body && document.body.innerText || '').slice(0, 3000)`))
+	if err == nil {
+		msg += "\n---- " + p.name + " page text ----\n" + text
+	}
+	p.t.Fatalf("%s: %s", p.name, msg)
+}
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// docsImage is where the screenshots of docs/ go.
+func docsImage(name string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "docs", "img", name)
+}

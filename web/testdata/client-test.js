@@ -1,0 +1,470 @@
+// Unit tests of /client/wsgate.js against a fake WebSocket, run in Chromium
+// by client_test.go. Results go to window.__results.
+
+import { Client, CloseCode, WsgateError, backoffDelay, closeAction } from '/client/wsgate.js';
+
+// ---- a fake WebSocket, driven by the tests as the server ------------------------
+
+function fakeSocket() {
+  class FakeWS extends EventTarget {
+    static instances = [];
+    constructor(url, protocols) {
+      super();
+      this.url = url;
+      this.protocols = protocols;
+      this.readyState = 0;
+      this.sent = [];
+      this.closedWith = null;
+      FakeWS.instances.push(this);
+    }
+    send(s) {
+      if (this.readyState !== 1) throw new Error('InvalidStateError: not open');
+      this.sent.push(JSON.parse(s));
+    }
+    close(code = 1005, reason = '') {
+      if (this.readyState >= 2) return;
+      this.closedWith = { code, reason };
+      this.readyState = 2;
+      setTimeout(() => this.finish(code, reason, true), 0);
+    }
+    // Server side.
+    accept(welcome = {}) {
+      this.readyState = 1;
+      this.onopen?.(new Event('open'));
+      this.push({ type: 'welcome', conn_id: `c${FakeWS.instances.indexOf(this)}`, node: 'n1', user: 'alice', ping_interval_ms: 25000, inbox_seq: 0, ...welcome });
+    }
+    push(frame) {
+      this.onmessage?.({ data: typeof frame === 'string' ? frame : JSON.stringify(frame) });
+    }
+    drop(code = 1006, reason = '') {
+      this.finish(code, reason, code !== 1006);
+    }
+    finish(code, reason, wasClean) {
+      if (this.readyState === 3) return;
+      this.readyState = 3;
+      const ev = { code, reason, wasClean };
+      this.onclose?.(ev);
+      this.dispatchEvent(Object.assign(new Event('close'), ev));
+    }
+    frames(type) { return this.sent.filter((f) => f.type === type); }
+    get query() { return new URL(this.url).searchParams; }
+  }
+  return FakeWS;
+}
+
+// ---- a tiny runner -------------------------------------------------------------
+
+const results = [];
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+function eq(got, want, what) {
+  const g = JSON.stringify(got);
+  const w = JSON.stringify(want);
+  if (g !== w) throw new Error(`${what}: got ${g}, want ${w}`);
+}
+function ok(cond, what) {
+  if (!cond) throw new Error(`${what}: false`);
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function waitFor(cond, what, ms = 2000) {
+  const end = performance.now() + ms;
+  while (!cond()) {
+    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(2);
+  }
+}
+async function rejects(p, code, what) {
+  try {
+    await p;
+  } catch (err) {
+    ok(err instanceof WsgateError, `${what}: a WsgateError (got ${err})`);
+    eq(err.code, code, `${what}: error code`);
+    return err;
+  }
+  throw new Error(`${what}: resolved, want a rejection with ${code}`);
+}
+
+/** A client on a fresh fake socket class, with fast backoff by default. */
+function setup(opts = {}) {
+  const WS = fakeSocket();
+  const client = new Client({ url: 'ws://gw.test/ws', user: 'alice', WebSocket: WS, minBackoff: 10, maxBackoff: 40, random: () => 0.5, ...opts });
+  const events = { state: [], message: [], close: [], error: [], gap: [], welcome: [], redirect: [] };
+  for (const type of Object.keys(events)) client.on(type, (d) => events[type].push(d));
+  const socket = async (i) => {
+    await waitFor(() => WS.instances.length > i, `socket #${i}`);
+    return WS.instances[i];
+  };
+  return { WS, client, events, socket };
+}
+
+/** Connects and accepts the first socket. */
+async function open(opts, welcome) {
+  const t = setup(opts);
+  const p = t.client.connect();
+  t.ws = await t.socket(0);
+  t.ws.accept(welcome);
+  await p;
+  return t;
+}
+
+const message = (seq, extra = {}) => ({ type: 'message', id: `m${seq}`, event: 'e', data: { n: seq }, ts: 1, target: { type: 'user', id: 'alice' }, ...(seq ? { seq } : {}), ...extra });
+
+// ---- pure functions ----------------------------------------------------------
+
+test('closeAction follows the close code table (contract §4.4)', () => {
+  const codes = [1000, 1001, 1006, 1008, 1009, 4001, 4003, 4008, 4009, 4401, 4429, 4999];
+  eq(codes.map(closeAction), ['stop', 'backoff', 'backoff', 'stop', 'stop', 'now', 'stop', 'backoff', 'stop', 'refresh', 'backoff', 'backoff'], 'actions');
+  eq(CloseCode.DRAINING, 4001, 'CloseCode.DRAINING');
+});
+
+test('backoffDelay: full jitter from 1 s doubling to 30 s', () => {
+  const caps = [0, 1, 2, 3, 4, 5, 6, 40].map((a) => backoffDelay(a, 1000, 30000, () => 0.9999999));
+  eq(caps, [1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000], 'ceilings');
+  eq([0, 3, 9].map((a) => backoffDelay(a, 1000, 30000, () => 0)), [0, 0, 0], 'floor is 0');
+  let sum = 0;
+  for (let i = 0; i < 2000; i++) {
+    const d = backoffDelay(3, 1000, 30000);
+    ok(d >= 0 && d <= 8000 && Number.isInteger(d), `delay ${d} in [0, 8000]`);
+    sum += d;
+  }
+  const mean = sum / 2000;
+  ok(mean > 3400 && mean < 4600, `mean ${mean} near 4000 (uniform over the window)`);
+});
+
+test('options are validated', () => {
+  let threw = false;
+  try { new Client({ format: 'msgpack', WebSocket: fakeSocket() }); } catch (e) { threw = e instanceof TypeError; }
+  ok(threw, 'format msgpack refused');
+  threw = false;
+  try { new Client({ minBackoff: 100, maxBackoff: 10, WebSocket: fakeSocket() }); } catch (e) { threw = e instanceof TypeError; }
+  ok(threw, 'maxBackoff < minBackoff refused');
+});
+
+// ---- handshake ---------------------------------------------------------------
+
+test('insecure user goes in the query, wsgate.v1 is offered, no since at first', async () => {
+  const t = setup();
+  const p = t.client.connect();
+  eq(t.client.state, 'connecting', 'state while connecting');
+  const ws = await t.socket(0);
+  eq(ws.query.get('user'), 'alice', 'user');
+  eq(ws.query.has('since'), false, 'since');
+  eq(ws.query.has('token'), false, 'token');
+  eq(ws.protocols, ['wsgate.v1'], 'protocols');
+  ws.accept({ node: 'n7' });
+  const w = await p;
+  eq(w.node, 'n7', 'welcome node');
+  eq([t.client.state, t.client.node], ['open', 'n7'], 'state and node');
+  eq(t.events.state.map((s) => s.state), ['connecting', 'open'], 'state events');
+  eq(t.events.state[1].node, 'n7', 'state detail node');
+  await t.client.close();
+  eq(ws.closedWith?.code, 1000, 'close code');
+  eq(t.client.state, 'closed', 'state after close');
+});
+
+test('a token goes as the bearer.<jwt> subprotocol, never in the URL', async () => {
+  const t = setup({ token: 'aaa.bbb.ccc' });
+  t.client.connect();
+  const ws = await t.socket(0);
+  eq(ws.protocols, ['wsgate.v1', 'bearer.aaa.bbb.ccc'], 'protocols');
+  eq([ws.query.has('user'), ws.query.has('token')], [false, false], 'no user, no token in the query');
+  await t.client.close();
+});
+
+test('the allocator picks the node; its failure falls back to url or backs off', async () => {
+  const calls = [];
+  let fail = 1;
+  const fetch = async (url) => {
+    calls.push(url);
+    if (fail-- > 0) return new Response(JSON.stringify({ error: { code: 'unavailable', message: 'no node available' } }), { status: 503, headers: { 'Retry-After': '1' } });
+    return new Response(JSON.stringify({ node: 'n2', url: 'ws://n2.test:8080/ws' }), { status: 200 });
+  };
+  const t = setup({ url: undefined, allocator: 'http://alloc.test/', fetch });
+  t.client.connect();
+  const ws = await t.socket(0);
+  eq(calls.length, 2, 'allocator calls (one 503, one answer)');
+  eq(calls[0], 'http://alloc.test/v1/allocate?user=alice', 'allocate URL');
+  eq(t.events.error[0]?.code, 'allocator_failed', 'error event');
+  const retry = t.events.state.find((s) => s.state === 'reconnecting');
+  ok(retry && retry.delay >= 40, `Retry-After added to the backoff (delay ${retry?.delay})`);
+  eq(ws.url, 'ws://n2.test:8080/ws?user=alice', 'socket URL from the allocator');
+  await t.client.close();
+
+  const t2 = setup({ allocator: 'http://alloc.test', fetch: async () => { throw new TypeError('Failed to fetch'); } });
+  t2.client.connect();
+  const ws2 = await t2.socket(0);
+  eq(ws2.url, 'ws://gw.test/ws?user=alice', 'fallback to url at once');
+  await t2.client.close();
+});
+
+// ---- reliable delivery ---------------------------------------------------------
+
+test('reliable duplicates are dropped; acks are cumulative and batched', async () => {
+  const t = await open({ ackEvery: 3, ackDelay: 30 });
+  const ws = t.ws;
+  ws.push(message(1));
+  ws.push(message(2));
+  eq(ws.frames('ack').length, 0, 'no ack before ackDelay');
+  await waitFor(() => ws.frames('ack').length === 1, 'the delayed ack');
+  eq(ws.frames('ack')[0], { type: 'ack', seq: 2 }, 'cumulative ack');
+  ws.push(message(2)); // a duplicate
+  ws.push(message(0, { id: 'live' })); // not reliable: always delivered, never acked
+  ws.push(message(3));
+  ws.push(message(4));
+  ws.push(message(5));
+  eq(ws.frames('ack').map((f) => f.seq), [2, 5], 'ackEvery=3 acks at once');
+  eq(t.events.message.map((m) => m.seq ?? m.id), [1, 2, 'live', 3, 4, 5], 'delivered in order without the duplicate');
+  eq([t.client.stats.duplicates, t.client.lastSeq], [1, 5], 'duplicates and lastSeq');
+  await sleep(50);
+  eq(ws.frames('ack').length, 2, 'no extra ack');
+  await t.client.close();
+});
+
+test('a broken connection reconnects with backoff and resumes with since', async () => {
+  const t = await open();
+  t.ws.push(message(1));
+  t.ws.push(message(2));
+  t.ws.push(message(3));
+  t.ws.drop(1006);
+  eq(t.events.close[0], { code: 1006, reason: '', wasClean: false, reconnect: true, delay: 5 }, 'close event');
+  const ws2 = await t.socket(1);
+  eq(ws2.query.get('since'), '3', 'since');
+  ws2.accept({ node: 'n2', inbox_seq: 4 });
+  await waitFor(() => t.client.state === 'open', 'open again');
+  eq(t.events.state.map((s) => s.state), ['connecting', 'open', 'reconnecting', 'open'], 'states');
+  ws2.push(message(3)); // replayed duplicate
+  ws2.push(message(4));
+  eq(t.events.message.map((m) => m.seq), [1, 2, 3, 4], 'no duplicate, no gap');
+  eq(t.client.node, 'n2', 'node');
+  await t.client.close();
+});
+
+test('stop codes 1000, 1008, 1009, 4003, 4009 do not reconnect', async () => {
+  for (const code of [1000, 1008, 1009, 4003, 4009]) {
+    const t = await open();
+    const pending = t.client.publish({ type: 'room', id: 'lobby' }, 'chat', 'x');
+    t.ws.drop(code, 'bye');
+    await rejects(pending, 'connection_lost', `pending publish at ${code}`);
+    eq(t.client.state, 'closed', `state after ${code}`);
+    eq(t.events.state.at(-1).code, code, `state detail code ${code}`);
+    eq(t.events.close.at(-1).reconnect, false, `close event of ${code}`);
+    if (code === 1008 || code === 1009) eq(t.events.error.at(-1)?.code, code === 1008 ? 'policy_violation' : 'too_big', `reported ${code}`);
+    await sleep(40);
+    eq(t.WS.instances.length, 1, `no reconnect after ${code}`);
+    await rejects(t.client.join('x'), 'not_connected', `request after ${code}`);
+  }
+});
+
+test('1001, 4008, 4429 and 1006 reconnect after a backoff', async () => {
+  for (const code of [1001, 4008, 4429, 1006]) {
+    const t = await open({ minBackoff: 20, maxBackoff: 20, random: () => 0.9999 });
+    t.ws.drop(code);
+    eq(t.events.state.at(-1).state, 'reconnecting', `state after ${code}`);
+    eq(t.events.state.at(-1).delay, 20, `backoff delay after ${code}`);
+    await t.socket(1);
+    await t.client.close();
+  }
+});
+
+test('failed attempts double the full-jitter window up to maxBackoff', async () => {
+  const t = setup({ minBackoff: 8, maxBackoff: 64, random: () => 0.9999999 });
+  t.client.connect();
+  for (let i = 0; i < 5; i++) (await t.socket(i)).drop(1006); // refused handshakes
+  await t.socket(5);
+  eq(t.events.state.filter((s) => s.state === 'reconnecting').map((s) => s.delay), [8, 16, 32, 64, 64], 'delays');
+  eq(t.events.state.filter((s) => s.state === 'reconnecting').map((s) => s.attempt), [1, 2, 3, 4, 5], 'attempts');
+  await t.client.close();
+});
+
+test('redirect then 4001: reconnect at once to the redirect URL', async () => {
+  const t = await open({ minBackoff: 5000, maxBackoff: 30000 });
+  t.ws.push(message(7));
+  t.ws.push({ type: 'redirect', url: 'ws://n9.test:8080/ws', reason: 'draining', retry_after_ms: 0 });
+  t.ws.drop(4001, 'draining');
+  const st = t.events.state.at(-1);
+  eq([st.state, st.url], ['reconnecting', 'ws://n9.test:8080/ws'], 'state detail');
+  ok(st.delay <= 250, `small jitter, not the backoff (delay ${st.delay})`);
+  const ws2 = await t.socket(1);
+  eq(ws2.url, 'ws://n9.test:8080/ws?user=alice&since=7', 'redirect URL with user and since');
+  eq(t.events.redirect[0]?.url, 'ws://n9.test:8080/ws', 'redirect event');
+  await t.client.close();
+});
+
+test('4001 without redirect reconnects at once to the usual URL', async () => {
+  const t = await open({ minBackoff: 5000, maxBackoff: 30000 });
+  t.ws.drop(4001);
+  ok(t.events.state.at(-1).delay <= 250, 'quick');
+  eq((await t.socket(1)).url, 'ws://gw.test/ws?user=alice', 'usual URL');
+  await t.client.close();
+});
+
+test('4401 calls the token function again', async () => {
+  let n = 0;
+  let r = 0.9999; // quick reconnect <= 250 ms, backoff 5000 ms: tells them apart
+  const t = await open({ token: async () => `tok${++n}.p.s`, minBackoff: 5000, maxBackoff: 30000, random: () => r });
+  eq(t.ws.protocols[1], 'bearer.tok1.p.s', 'first token');
+  t.ws.drop(4401, 'token expired');
+  ok(t.events.state.at(-1).delay <= 250, 'quick');
+  const ws2 = await t.socket(1);
+  eq(ws2.protocols[1], 'bearer.tok2.p.s', 'new token');
+  ws2.accept();
+  await waitFor(() => t.client.state === 'open', 'open');
+  r = 0; // the next backoff is 0 ms
+  ws2.drop(1006);
+  const ws3 = await t.socket(2);
+  eq([n, ws3.protocols[1]], [2, 'bearer.tok2.p.s'], 'the token is kept while valid');
+  await t.client.close();
+});
+
+test('a failing token function is reported and retried with backoff', async () => {
+  let n = 0;
+  const t = setup({ token: async () => { if (++n === 1) throw new Error('auth server down'); return 'ok.p.s'; } });
+  t.client.connect();
+  const ws = await t.socket(0);
+  eq(t.events.error[0]?.code, 'token_failed', 'error event');
+  eq(t.events.state.map((s) => s.state), ['connecting', 'reconnecting'], 'states');
+  eq([n, ws.protocols[1]], [2, 'bearer.ok.p.s'], 'second call used');
+  await t.client.close();
+});
+
+test('4401 with a fixed token stops and reports', async () => {
+  const t = await open({ token: 'fixed.p.s' });
+  t.ws.drop(4401);
+  eq(t.client.state, 'closed', 'state');
+  eq(t.events.error.at(-1)?.code, 'token_expired', 'error event');
+  await sleep(30);
+  eq(t.WS.instances.length, 1, 'no reconnect');
+});
+
+// ---- requests ---------------------------------------------------------------
+
+test('join, leave, publish and ping are answered by their reply', async () => {
+  const t = await open();
+  const ws = t.ws;
+  const j = t.client.join('lobby');
+  const pub = t.client.publish({ type: 'room', id: 'lobby' }, 'chat', { text: 'hi' });
+  const dm = t.client.publish('user:bob', 'dm', 'psst');
+  const lv = t.client.leave('old');
+  const [fj, fp, fd, fl] = ws.sent;
+  eq([fj.type, fj.room], ['join', 'lobby'], 'join frame');
+  eq([fp.type, fp.target, fp.event, fp.data], ['publish', { type: 'room', id: 'lobby' }, 'chat', { text: 'hi' }], 'publish frame');
+  eq(fd.target, { type: 'user', id: 'bob' }, 'short target');
+  eq([fl.type, fl.room], ['leave', 'old'], 'leave frame');
+  ok(new Set([fj.id, fp.id, fd.id, fl.id]).size === 4, 'distinct ids');
+  ws.push({ type: 'reply', id: fp.id, ok: true });
+  ws.push({ type: 'reply', id: fj.id, ok: true });
+  ws.push({ type: 'reply', id: fd.id, ok: false, error: { code: 'forbidden', message: 'the token does not allow user:bob' } });
+  ws.push({ type: 'reply', id: fl.id, ok: true });
+  eq((await pub).ok, true, 'publish resolved');
+  eq((await j).id, fj.id, 'join resolved');
+  const err = await rejects(dm, 'forbidden', 'refused publish');
+  eq(err.message, 'the token does not allow user:bob', 'server message');
+  await lv;
+  await rejects(t.client.publish({ type: 'broadcast', id: '' }, 'x'), 'bad_request', 'broadcast target');
+
+  const ping = t.client.ping();
+  const pf = ws.frames('ping').at(-1);
+  ws.push({ type: 'pong', ts: pf.ts });
+  ok((await ping) >= 0, 'ping resolves with the round trip');
+
+  // An error frame (no id) answers the single pending request.
+  const bad = t.client.join('x');
+  ws.push({ type: 'error', code: 'rate_limited', message: 'frame dropped' });
+  await rejects(bad, 'rate_limited', 'error frame');
+  // With nothing pending it becomes an error event.
+  ws.push({ type: 'error', code: 'bad_frame', message: 'huh' });
+  eq(t.events.error.at(-1), { code: 'bad_frame', message: 'huh' }, 'error event');
+
+  const lost = t.client.join('y');
+  ws.drop(1006);
+  await rejects(lost, 'connection_lost', 'pending at close');
+  await rejects(t.client.join('z'), 'not_connected', 'while reconnecting');
+  await t.client.close();
+});
+
+test('requests time out', async () => {
+  const t = await open({ requestTimeout: 20 });
+  await rejects(t.client.join('slow'), 'timeout', 'no reply');
+  await t.client.close();
+});
+
+test('close() acknowledges what was received, stops and rejects the waiters', async () => {
+  const t = await open({ ackDelay: 10000 });
+  t.ws.push(message(1));
+  t.ws.push(message(2));
+  const pending = t.client.join('x');
+  await t.client.close();
+  eq(t.ws.frames('ack'), [{ type: 'ack', seq: 2 }], 'final ack');
+  eq(t.ws.closedWith.code, 1000, 'close 1000');
+  await rejects(pending, 'closed', 'pending request');
+  eq(t.client.state, 'closed', 'state');
+  await sleep(30);
+  eq(t.WS.instances.length, 1, 'no reconnect');
+
+  // connect() again resumes after the last seq.
+  t.client.connect();
+  const ws2 = await t.socket(1);
+  eq(ws2.query.get('since'), '2', 'since after a restart');
+  ws2.accept();
+  await t.client.close();
+});
+
+test('gap moves the resume point past the lost messages', async () => {
+  const t = await open();
+  t.ws.push({ type: 'gap', from: 2, to: 5, missed: 4 });
+  eq(t.events.gap[0], { from: 2, to: 5, missed: 4 }, 'gap event');
+  eq(t.client.lastSeq, 5, 'lastSeq');
+  t.ws.drop(1006);
+  eq((await t.socket(1)).query.get('since'), '5', 'since');
+  await t.client.close();
+});
+
+test('since option; a welcome inbox_seq below it resets the resume point', async () => {
+  const t = setup({ since: 10 });
+  t.client.connect();
+  const ws = await t.socket(0);
+  eq(ws.query.get('since'), '10', 'since from the option');
+  ws.accept({ inbox_seq: 3 });
+  await waitFor(() => t.client.state === 'open', 'open');
+  ws.push(message(4));
+  eq(t.events.message.map((m) => m.seq), [4], 'seq 4 delivered after the reset');
+  await t.client.close();
+});
+
+test('no welcome within handshakeTimeout: abandon and retry', async () => {
+  const t = setup({ handshakeTimeout: 30 });
+  t.client.connect();
+  const ws = await t.socket(0);
+  ws.readyState = 1; // upgraded, but the server never says welcome
+  await t.socket(1);
+  eq(t.events.close[0]?.code, 1006, 'abandoned as 1006');
+  ok(/no welcome/.test(t.events.close[0]?.reason), 'reason');
+  await t.client.close();
+});
+
+test('unknown frame types and garbage are ignored', async () => {
+  const t = await open();
+  t.ws.push({ type: 'future-thing', x: 1 });
+  t.ws.push('not json');
+  t.ws.push(message(1));
+  eq(t.events.message.length, 1, 'still delivering');
+  eq(t.events.error.at(-1)?.code, 'bad_frame', 'garbage reported');
+  await t.client.close();
+});
+
+// ---- run -------------------------------------------------------------------------
+
+(async () => {
+  for (const { name, fn } of tests) {
+    const started = performance.now();
+    try {
+      await Promise.race([fn(), sleep(10000).then(() => { throw new Error('test timed out after 10 s'); })]);
+      results.push({ name, ok: true, ms: Math.round(performance.now() - started) });
+    } catch (err) {
+      results.push({ name, ok: false, error: String(err?.stack ?? err) });
+    }
+  }
+  document.getElementById('out').textContent = results.map((r) => `${r.ok ? 'ok  ' : 'FAIL'} ${r.name}${r.error ? '\n     ' + r.error : ''}`).join('\n');
+  window.__results = { done: true, results };
+})();
