@@ -67,7 +67,7 @@ func (n *Node) onBus(payload []byte) {
 		n.deliverLocal(protocol.Target{Type: e.TType, ID: e.TID}, newDelivery(body, class(e.Class), e.Seq, e.PubAt))
 	case kindKick:
 		for _, c := range n.hub.userConns(e.User) {
-			if c.id != e.Except {
+			if c.connID() != e.Except {
 				c.close(e.Code, e.Reason)
 			}
 		}

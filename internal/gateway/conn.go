@@ -59,10 +59,10 @@ type conn struct {
 	format  protocol.Format
 	running bool // an inbound goroutine is processing inq
 
-	id     string
+	idSeq  uint64       // the connection id is the node's prefix and this (see connID)
 	user   string
-	ip     string
-	claims *auth.Claims
+	ip     string       // kept only when WSGATE_MAX_CONNS_PER_IP is set
+	claims *auth.Claims // kept only when the token has rooms or pub claims
 
 	outq [][]byte  // queued frames, each a whole WebSocket frame
 	wbuf []byte    // unsent rest of a short write
@@ -106,8 +106,12 @@ func (c *conn) extra() *connExtra {
 }
 
 func (c *conn) logger() *slog.Logger {
-	return c.n.log.With("conn", c.id, "user", c.user)
+	return c.n.log.With("conn", c.connID(), "user", c.user)
 }
+
+// connID formats the connection's cluster-unique id (not stored, to keep
+// idle connections small).
+func (c *conn) connID() string { return c.n.formatID(c.idSeq) }
 
 // ---------------------------------------------------------------------
 // Output: bounded queue, one writer at a time, coalesced writev.

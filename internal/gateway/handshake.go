@@ -186,16 +186,22 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &conn{
-		n: n, fd: fd, tlsc: tlsc, format: format, id: n.newID(), user: claims.Subject, ip: ip, claims: claims,
+		n: n, fd: fd, tlsc: tlsc, format: format, idSeq: n.idSeq.Add(1), user: claims.Subject,
 		connectedAt: time.Now().UnixMilli(), lastRead: time.Now().Unix(),
 		nextPing: time.Now().Add(n.cfg.PingInterval).Unix(),
 	}
-	released = true // the connection releases its IP slot when it ends
+	if n.cfg.MaxConnsPerIP > 0 {
+		c.ip = ip // the connection releases its IP slot when it ends
+	}
+	if len(claims.Rooms) > 0 || len(claims.Pub) > 0 {
+		c.claims = claims
+	}
+	released = true
 	if !claims.ExpiresAt.IsZero() {
 		c.exp = claims.ExpiresAt.Unix()
 	}
 	n.metrics.ConnectionsTotal.Inc()
-	n.establish(c, since, hasSince, initial)
+	n.establish(c, ip, since, hasSince, initial)
 }
 
 // authenticate verifies the token (or, in insecure mode, takes ?user=).
@@ -230,7 +236,7 @@ func (e errUnauthorized) Error() string { return string(e) }
 
 // establish registers the upgraded connection, sends welcome, the gap and
 // the replay, then the live messages held meanwhile, and starts reading.
-func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
+func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial []byte) {
 	log := c.logger()
 	n.hub.add(c)
 	if n.cfg.DevicePolicy == config.DeviceSingle {
@@ -248,7 +254,7 @@ func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
 	// One backend step: the route is stored, then the user's rooms and
 	// inbox are read (see cluster.Backend.Connect for why in that order).
 	start := time.Now()
-	route := cluster.Route{User: c.user, ConnID: c.id, Node: n.cfg.NodeID, ConnectedAt: c.connectedAt}
+	route := cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, ConnectedAt: c.connectedAt}
 	cr, err := n.backend.Connect(ctx, route, n.cfg.RouteTTL, since, n.inboxOpts())
 	n.observe("route", start, err)
 	if err != nil {
@@ -267,7 +273,7 @@ func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
 	}
 
 	welcome, _ := protocol.Encode(c.format, protocol.Welcome{
-		Type: protocol.TypeWelcome, ConnID: c.id, Node: n.cfg.NodeID, User: c.user,
+		Type: protocol.TypeWelcome, ConnID: c.connID(), Node: n.cfg.NodeID, User: c.user,
 		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq,
 	})
 	c.mu.Lock()
@@ -301,7 +307,7 @@ func (n *Node) establish(c *conn, since int64, hasSince bool, initial []byte) {
 	c.writeOutLocked()
 	c.kickLocked()
 	c.mu.Unlock()
-	log.Info("connection open", "ip", c.ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages), "tls", c.tlsc != nil)
+	log.Info("connection open", "ip", ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages), "tls", c.tlsc != nil)
 	// Bytes that came with the handshake are parsed before the socket's
 	// reader starts, so that one reader at a time touches the parser.
 	c.feed(initial)
@@ -350,7 +356,7 @@ func (n *Node) replaceOthers(c *conn) {
 		}
 	}
 	if len(remote) > 0 {
-		env := encodeEnvelope(envelope{Kind: kindKick, User: c.user, Except: c.id, Code: protocol.CloseReplaced, Reason: "replaced by a newer connection"}, nil)
+		env := encodeEnvelope(envelope{Kind: kindKick, User: c.user, Except: c.connID(), Code: protocol.CloseReplaced, Reason: "replaced by a newer connection"}, nil)
 		_ = n.backend.Send(ctx, remote, env)
 	}
 }
@@ -362,11 +368,13 @@ func (n *Node) forget(c *conn) {
 	if !found {
 		return
 	}
-	n.ipConns.Release(c.ip)
+	if c.ip != "" {
+		n.ipConns.Release(c.ip)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	start := time.Now()
-	err := n.backend.RemoveRoute(ctx, c.user, c.id)
+	err := n.backend.RemoveRoute(ctx, c.user, c.connID())
 	n.observe("route", start, err)
 	if len(emptied) > 0 {
 		n.dropInterest(emptied)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"sync"
 )
 
@@ -10,9 +11,9 @@ import (
 // here, loaded when a user's first connection arrives and updated by
 // membership events.
 type hub struct {
-	n     *Node
+	node  *Node
 	mu    sync.RWMutex
-	conns map[*conn]struct{}
+	n     int // connections
 	users map[string]*localUser
 	rooms map[string]map[*localUser]struct{}
 }
@@ -24,14 +25,14 @@ type localUser struct {
 }
 
 func newHub(n *Node) *hub {
-	return &hub{n: n, conns: map[*conn]struct{}{}, users: map[string]*localUser{}, rooms: map[string]map[*localUser]struct{}{}}
+	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]map[*localUser]struct{}{}}
 }
 
 // add indexes c; first is true when it is its user's first local connection.
 func (h *hub) add(c *conn) (first bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.conns[c] = struct{}{}
+	h.n++
 	u := h.users[c.user]
 	if u == nil {
 		u = &localUser{id: c.user}
@@ -39,7 +40,7 @@ func (h *hub) add(c *conn) (first bool) {
 		first = true
 	}
 	u.conns = append(u.conns, c)
-	h.n.metrics.Connections.Set(float64(len(h.conns)))
+	h.node.metrics.Connections.Set(float64(h.n))
 	return first
 }
 
@@ -48,21 +49,17 @@ func (h *hub) add(c *conn) (first bool) {
 func (h *hub) remove(c *conn) (emptied []string, found bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.conns[c]; !ok {
-		return nil, false
-	}
-	delete(h.conns, c)
-	h.n.metrics.Connections.Set(float64(len(h.conns)))
 	u := h.users[c.user]
 	if u == nil {
-		return nil, true
+		return nil, false
 	}
-	for i, x := range u.conns {
-		if x == c {
-			u.conns = append(u.conns[:i], u.conns[i+1:]...)
-			break
-		}
+	i := slices.Index(u.conns, c)
+	if i < 0 {
+		return nil, false
 	}
+	u.conns = slices.Delete(u.conns, i, i+1)
+	h.n--
+	h.node.metrics.Connections.Set(float64(h.n))
 	if len(u.conns) > 0 {
 		return nil, true
 	}
@@ -171,9 +168,9 @@ func (h *hub) roomConns(room string) []*conn {
 func (h *hub) all() []*conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	out := make([]*conn, 0, len(h.conns))
-	for c := range h.conns {
-		out = append(out, c)
+	out := make([]*conn, 0, h.n)
+	for _, u := range h.users {
+		out = append(out, u.conns...)
 	}
 	return out
 }
@@ -181,7 +178,7 @@ func (h *hub) all() []*conn {
 func (h *hub) count() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return len(h.conns)
+	return h.n
 }
 
 func (h *hub) localRooms() []string {

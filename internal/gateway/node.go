@@ -253,9 +253,9 @@ func (n *Node) info() cluster.NodeInfo {
 }
 
 // newID returns a cluster-unique id: the node's random prefix and a counter.
-func (n *Node) newID() string {
-	return n.idPrefix + fmt.Sprintf("%012x", n.idSeq.Add(1))
-}
+func (n *Node) newID() string { return n.formatID(n.idSeq.Add(1)) }
+
+func (n *Node) formatID(seq uint64) string { return n.idPrefix + fmt.Sprintf("%012x", seq) }
 
 // bctx bounds one backend call made on behalf of a request.
 func (n *Node) bctx(parent context.Context) (context.Context, context.CancelFunc) {
