@@ -39,6 +39,12 @@ func runAutoscaler(args []string) int {
 	lvl, _ := config.ParseLogLevel(cfg.LogLevel)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
+	// The actuator first: its settings problems are configuration errors.
+	act, err := autoscaler.NewActuator(*cfg, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "wsgate autoscaler: %v\n", err)
+		return 2
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "wsgate autoscaler: WSGATE_LISTEN %q: %v\n", cfg.Listen, err)
@@ -53,12 +59,6 @@ func runAutoscaler(args []string) int {
 		return 2
 	}
 	defer backend.Close()
-	act, err := autoscaler.NewActuator(*cfg, log)
-	if err != nil {
-		ln.Close()
-		fmt.Fprintf(os.Stderr, "wsgate autoscaler: %v\n", err)
-		return 2
-	}
 	actionTimeout := 5 * time.Minute
 	if cfg.Actuator == config.ActuatorExec {
 		actionTimeout = max(config.DefaultExecTimeout, cfg.ExecTimeout) + time.Minute

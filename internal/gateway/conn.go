@@ -161,6 +161,7 @@ func (c *conn) enqueueLocked(frame []byte, cl class) (ok, wait bool) {
 		}
 	}
 	c.outq = append(c.outq, frame)
+	c.n.metrics.Delivered.Inc()
 	c.kickLocked()
 	return true, false
 }
@@ -255,7 +256,6 @@ func (c *conn) writeOutLocked() {
 			return
 		}
 		n = max(n, 0)
-		c.n.metrics.Delivered.Add(float64(countMessages(bufs)))
 		if n < total {
 			// Keep the unsent bytes, in order, in one buffer.
 			var w []byte
@@ -281,18 +281,6 @@ func (c *conn) writeOutLocked() {
 			c.outq = nil
 		}
 	}
-}
-
-// countMessages counts message frames (text/binary) in a batch, for the
-// delivered counter; control frames are not messages.
-func countMessages(bufs [][]byte) int {
-	k := 0
-	for _, b := range bufs {
-		if len(b) > 0 && (b[0]&0x0f == wsframe.OpText || b[0]&0x0f == wsframe.OpBinary) {
-			k++
-		}
-	}
-	return k
 }
 
 // OnWritable is called by the event loop when the socket drained.
@@ -362,7 +350,7 @@ func (c *conn) teardownLocked(why string) {
 	}
 	c.outq, c.wbuf = nil, nil
 	if c.x != nil {
-		c.x.inq, c.x.held = nil, nil
+		c.x.held = nil // queued acks (inq) still run: see runInbound
 	}
 	c.logger().Debug("connection ended", "why", why)
 	// Everything else outside the lock, off this goroutine.

@@ -181,6 +181,7 @@ func (c *conn) queueInboxLocked(msgs []cluster.InboxMessage) {
 			continue
 		}
 		c.outq = append(c.outq, fr)
+		c.n.metrics.Delivered.Inc()
 		c.lastSeq = m.Seq
 	}
 	c.kickLocked()

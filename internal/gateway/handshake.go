@@ -201,6 +201,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		c.exp = claims.ExpiresAt.Unix()
 	}
 	n.metrics.ConnectionsTotal.Inc()
+	n.accepted.Add(1)
 	n.establish(c, ip, since, hasSince, initial)
 }
 

@@ -14,20 +14,39 @@ import (
 func (c *conn) runInbound() {
 	for {
 		c.mu.Lock()
-		if c.x == nil || len(c.x.inq) == 0 || c.state >= stClosing {
+		if c.x == nil || len(c.x.inq) == 0 {
 			c.running = false
-			if c.x != nil {
-				c.x.inq = nil
-			}
 			c.mu.Unlock()
 			return
 		}
 		cf := c.x.inq[0]
 		c.x.inq[0] = nil
 		c.x.inq = c.x.inq[1:]
+		closing := c.state >= stClosing
 		c.mu.Unlock()
+		if closing {
+			// The connection is ending (often the client's own close
+			// right after its last ack): acks still take effect, the
+			// rest has no one to answer to.
+			if cf.Type == protocol.TypeAck {
+				c.ack(cf.Seq)
+			}
+			continue
+		}
 		c.handle(cf)
 	}
+}
+
+func (c *conn) ack(seq int64) error {
+	ctx, cancel := c.n.bctx(c.n.ctx)
+	defer cancel()
+	start := time.Now()
+	err := c.n.backend.Ack(ctx, c.user, seq)
+	c.n.observe("inbox", start, err)
+	if err != nil {
+		c.logger().Warn("ack failed", "seq", seq, "err", err)
+	}
+	return err
 }
 
 func (c *conn) handle(cf *protocol.ClientFrame) {
@@ -37,12 +56,7 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 	case protocol.TypePing:
 		c.send(c.pongFrame(cf))
 	case protocol.TypeAck:
-		start := time.Now()
-		err := c.n.backend.Ack(ctx, c.user, cf.Seq)
-		c.n.observe("inbox", start, err)
-		if err != nil {
-			c.logger().Warn("ack failed", "seq", cf.Seq, "err", err)
-		}
+		err := c.ack(cf.Seq)
 		if cf.ID != "" {
 			c.reply(cf.ID, err, 0)
 		}

@@ -53,6 +53,7 @@ type Node struct {
 
 	idPrefix string
 	idSeq    atomic.Uint64
+	accepted atomic.Uint64 // upgraded connections since start
 
 	startedAt time.Time
 	status    atomic.Value // cluster.NodeStatus

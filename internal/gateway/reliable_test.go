@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
@@ -122,4 +125,21 @@ func TestWelcomeInboxSeq(t *testing.T) {
 	if w["type"] != "welcome" || w["inbox_seq"].(float64) != 2 || w["user"] != "fay" || w["node"] != "t1" {
 		t.Fatalf("welcome %v", w)
 	}
+}
+
+// An ack followed at once by the client's close still takes effect.
+func TestAckRightBeforeCloseTakesEffect(t *testing.T) {
+	n := startNode(t, nil)
+	for i := 1; i <= 5; i++ {
+		reliable(t, n, "quick", i)
+	}
+	c := n.connect(t, "quick", "")
+	seqs(t, c, 5)
+	c.send(`{"type":"ack","seq":5}`)
+	c.sendRaw(ws.OpClose, ws.NewCloseFrameBody(1000, ""))
+	c.waitClosed(5 * time.Second)
+	eventually(t, 5*time.Second, "ack applied", func() bool {
+		rd, err := n.backend.ReadInbox(context.Background(), "quick", 0, n.inboxOpts())
+		return err == nil && rd.Acked == 5
+	})
 }

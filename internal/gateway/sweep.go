@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"runtime/debug"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/wsframe"
@@ -21,6 +22,7 @@ func (n *Node) sweepLoop() {
 	if interval < 1 {
 		interval = 1
 	}
+	var released, prev uint64
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -31,6 +33,16 @@ func (n *Node) sweepLoop() {
 		for _, c := range n.hub.all() {
 			n.sweepOne(c, now, interval, pongTimeout)
 		}
+		// After a burst of connects (a deploy, a reconnect storm) the heap
+		// holds the handshakes' garbage and Go returns it to the kernel
+		// only slowly: once the burst is over, give it back at once, so
+		// that RSS follows the connections actually held.
+		cur := n.accepted.Load()
+		if cur-released >= 1000 && cur == prev {
+			released = cur
+			debug.FreeOSMemory()
+		}
+		prev = cur
 	}
 }
 

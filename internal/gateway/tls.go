@@ -81,7 +81,6 @@ func (c *conn) tlsWriter() {
 			c.pendingSince = time.Now().Unix()
 			c.mu.Unlock()
 			_ = c.tlsc.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			c.n.metrics.Delivered.Add(float64(countMessages(bufs)))
 			nb := net.Buffers(bufs)
 			_, err := nb.WriteTo(c.tlsc.c)
 			c.mu.Lock()

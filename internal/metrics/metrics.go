@@ -62,7 +62,7 @@ func New() *Metrics {
 	m.ConnectionsTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_connections_total", Help: "WebSocket connections accepted (upgraded) since start."})
 	m.HandshakeRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_handshake_rejected_total", Help: "Handshakes refused before the upgrade, by reason."}, []string{"reason"})
 	m.Published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_messages_published_total", Help: "Messages published through this node (API and client publish), by target type."}, []string{"target"})
-	m.Delivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_messages_delivered_total", Help: "Message frames written to client sockets."})
+	m.Delivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_messages_delivered_total", Help: "Messages (pushed and replayed) queued to client sockets; control frames, replies and welcomes are not counted."})
 	m.Dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_messages_dropped_total", Help: "Messages not delivered to a connection, by reason."}, []string{"reason"})
 	m.DeliveryLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "wsgate_delivery_latency_seconds", Help: "From publish to the socket write, per delivered message.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})

@@ -1,0 +1,283 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// Scenarios of wsgate bench (contract §9).
+const (
+	ScenarioConnect   = "connect"
+	ScenarioBroadcast = "broadcast"
+	ScenarioPush      = "push"
+	ScenarioRoom      = "room"
+	ScenarioChurn     = "churn"
+	ScenarioStorm     = "storm"
+)
+
+// Scenarios lists every scenario in the order of the help.
+var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm}
+
+// defaultRate is the --rate of each scenario when the flag is 0.
+var defaultRate = map[string]float64{
+	ScenarioBroadcast: 10,   // broadcasts per second
+	ScenarioPush:      1000, // user messages per second
+	ScenarioRoom:      100,  // room messages per second
+	ScenarioChurn:     100,  // connections closed and reopened per second
+}
+
+// Config is one bench run. Zero values take the documented defaults
+// (withDefaults); Validate names the setting of the first problem.
+type Config struct {
+	Scenario string
+
+	URLs       []string // --url: gateway WebSocket URLs, connections spread round-robin
+	Allocator  string   // --allocator: base URL; each dial asks /v1/allocate first
+	API        []string // --api: node HTTP base URLs for publishing; default derived from URLs
+	APIKey     string   // --api-key
+	JWTSecret  string   // --jwt-secret: mint HS256 tokens (sub = bench-<n>); empty = ?user= (insecure servers)
+	Metrics    []string // --metrics: node /metrics URLs; default API + /metrics
+	SourceIPs  []netip.Addr
+	Conns      int           // --conns
+	Users      int           // --users: distinct users (0 = Conns)
+	Rooms      int           // --rooms
+	Rate       float64       // --rate (0 = the scenario's default)
+	Duration   time.Duration // --duration of the load phase
+	Settle     time.Duration // --settle: wait after connecting (connect) and bound for stragglers and leak checks
+	Ramp       float64       // --ramp: connections opened per second (0 = no pacing)
+	Inflight   int           // --inflight: publish requests in flight
+	Size       int           // --size: bytes of each message's data
+	Reliable   bool          // --reliable (push only)
+	Class      string        // --class: realtime, chat or notify
+	Format     protocol.Format
+	JSONFile   string // --json FILE
+	HTMLFile   string // --html FILE
+	NoProgress bool   // --quiet
+	CPUProfile string // --cpuprofile FILE
+
+	// Progress receives the live progress line (nil = none); Run writes
+	// one line per second, overwritten when ProgressTTY is set.
+	Progress    io.Writer `json:"-"`
+	ProgressTTY bool      `json:"-"`
+}
+
+// settings holds the raw flag values before they become a Config.
+type settings struct {
+	url, api, metrics              []string
+	allocator, apiKey, jwtSecret   string
+	sourceIPs, class, format       string
+	conns, users, rooms, inflight  int
+	size                           int
+	rate, ramp                     float64
+	duration, settle               time.Duration
+	reliable, quiet                bool
+	jsonFile, htmlFile, cpuProfile string
+}
+
+// newSet registers every bench setting (flag, WSGATE_ env and YAML key,
+// like every other subcommand).
+func newSet(s *settings) *config.Set {
+	set := config.NewSet("bench")
+	set.ArgsUsage = "<" + strings.Join(Scenarios, "|") + ">"
+	set.Summary = "Runs a load scenario against gateway nodes and reports connections, message\n" +
+		"counts (lost and duplicated counted exactly), end-to-end latency and the nodes'\n" +
+		"RSS, goroutines, FDs, GC and CPU read from their /metrics. See docs/bench.md.\n\n" +
+		"Scenarios:\n" +
+		"  connect    open --conns at --ramp, wait --settle: connect time, RSS and CPU per connection\n" +
+		"  broadcast  publish broadcasts at --rate to --conns: latency, loss, CPU per delivered message\n" +
+		"  push       per-user messages through /api/v1/publish/batch at --rate (--reliable): latency, loss\n" +
+		"  room       --users join --rooms through the API; room messages at --rate: latency, loss\n" +
+		"  churn      close and reopen --rate connections per second; checks nothing leaks\n" +
+		"  storm      drop every connection at once; reconnect with backoff: time to full reconnection"
+	set.List(&s.url, "url", []string{"ws://127.0.0.1:8080/ws"}, "gateway WebSocket URL, or a comma list of node URLs (connections spread round-robin)")
+	set.String(&s.allocator, "allocator", "", "allocator base URL (http://host:port); when set, every dial asks /v1/allocate?user= first")
+	set.List(&s.api, "api", nil, "comma list of node HTTP base URLs for publishing and room membership").DefaultText("derived from --url")
+	set.String(&s.apiKey, "api-key", "", "server API key (Authorization: Bearer); empty for wsgate dev").Secret()
+	set.String(&s.jwtSecret, "jwt-secret", "", "HS256 secret: mint a token per connection (sub = bench-<n>); empty = ?user=bench-<n> (insecure servers)").Secret()
+	set.Int(&s.conns, "conns", 1000, "connections to open (at most ~19 000 per process: one descriptor each)")
+	set.Float(&s.rate, "rate", 0, "messages per second (broadcast, push, room) or reconnections per second (churn)").
+		DefaultText("0 = scenario default: broadcast 10, push 1000, room 100, churn 100")
+	set.Duration(&s.duration, "duration", 30*time.Second, "length of the load phase (storm: longest wait for full reconnection)")
+	set.String(&s.sourceIPs, "source-ips", "", "source addresses of the dials, round-robin: list, FIRST-LAST range or CIDR (127.0.0.2-127.0.0.40), to pass the ephemeral-port limit")
+	set.String(&s.jsonFile, "json", "", "write every figure of the report to this JSON file")
+	set.String(&s.htmlFile, "html", "", "write a self-contained HTML report (inline SVG charts) to this file")
+	set.Bool(&s.reliable, "reliable", false, "push: publish reliable messages (per-user seq, acknowledged by the bench)")
+	set.Int(&s.size, "size", 100, "bytes of each message's data (at least ~60: the data carries index, run and timestamp)")
+	set.Duration(&s.settle, "settle", 8*time.Second, "connect: time to wait before measuring; others: longest wait for late messages and for the nodes to return to their baseline")
+	set.Int(&s.users, "users", 0, "distinct users bench-0..bench-<users-1> (connection n is user n mod users); 0 = one per connection")
+	set.Int(&s.rooms, "rooms", 10, "room: number of rooms (user n joins room n mod rooms)")
+	set.List(&s.metrics, "metrics", nil, "comma list of node /metrics URLs").DefaultText("derived from --api")
+	set.Float(&s.ramp, "ramp", 2000, "connections opened per second (0 = as fast as possible)")
+	set.Int(&s.inflight, "inflight", 4, "publish requests in flight at once")
+	set.String(&s.class, "class", "chat", "class of published messages: realtime, chat or notify")
+	set.String(&s.format, "format", "json", "frame format of the connections: json or msgpack")
+	set.Bool(&s.quiet, "quiet", false, "no progress line")
+	set.String(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file (to check that the bench is not the bottleneck)")
+	return set
+}
+
+// toConfig turns the parsed settings into a Config and validates it.
+func (s *settings) toConfig(scenario string) (Config, error) {
+	cfg := Config{
+		Scenario: scenario, URLs: s.url, Allocator: strings.TrimRight(s.allocator, "/"),
+		API: s.api, APIKey: s.apiKey, JWTSecret: s.jwtSecret, Metrics: s.metrics,
+		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
+		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Reliable: s.reliable,
+		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
+		CPUProfile: s.cpuProfile,
+	}
+	f, err := protocol.ParseFormat(s.format)
+	if err != nil {
+		return cfg, fmt.Errorf("--format: %v", err)
+	}
+	cfg.Format = f
+	if s.sourceIPs != "" {
+		ips, err := ParseSourceIPs(s.sourceIPs)
+		if err != nil {
+			return cfg, fmt.Errorf("--source-ips: %v", err)
+		}
+		cfg.SourceIPs = ips
+	}
+	cfg = cfg.withDefaults()
+	return cfg, cfg.Validate()
+}
+
+// withDefaults fills the derived defaults: API from URLs, Metrics from
+// API, Users from Conns, Rate from the scenario.
+func (c Config) withDefaults() Config {
+	if len(c.URLs) == 0 && c.Allocator == "" {
+		c.URLs = []string{"ws://127.0.0.1:8080/ws"}
+	}
+	if len(c.API) == 0 {
+		for _, u := range c.URLs {
+			if b, err := httpBase(u); err == nil {
+				c.API = append(c.API, b)
+			}
+		}
+		if len(c.API) == 0 && c.Allocator != "" {
+			c.API = []string{c.Allocator}
+		}
+	}
+	for i, a := range c.API {
+		c.API[i] = strings.TrimRight(a, "/")
+	}
+	if len(c.Metrics) == 0 {
+		for _, a := range c.API {
+			c.Metrics = append(c.Metrics, a+"/metrics")
+		}
+	}
+	if c.Users == 0 {
+		c.Users = c.Conns
+	}
+	if c.Rate == 0 {
+		c.Rate = defaultRate[c.Scenario]
+	}
+	if c.Class == "" {
+		c.Class = "chat"
+	}
+	if c.Inflight == 0 {
+		c.Inflight = 4
+	}
+	if c.Rooms == 0 {
+		c.Rooms = 10
+	}
+	return c
+}
+
+// httpBase turns ws://host:port/ws into http://host:port.
+func httpBase(wsURL string) (string, error) {
+	u, err := url.Parse(wsURL)
+	if err != nil {
+		return "", err
+	}
+	switch u.Scheme {
+	case "ws":
+		u.Scheme = "http"
+	case "wss":
+		u.Scheme = "https"
+	default:
+		return "", fmt.Errorf("not a ws(s) URL")
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// Validate returns the first problem, naming its flag.
+func (c Config) Validate() error {
+	known := false
+	for _, s := range Scenarios {
+		known = known || s == c.Scenario
+	}
+	if !known {
+		return fmt.Errorf("unknown scenario %q: want one of %s", c.Scenario, strings.Join(Scenarios, ", "))
+	}
+	for _, u := range c.URLs {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "ws" && p.Scheme != "wss") || p.Host == "" {
+			return fmt.Errorf("--url: want ws(s)://host[:port]/ws, got %q", u)
+		}
+	}
+	check := func(flag string, list []string) error {
+		for _, u := range list {
+			p, err := url.Parse(u)
+			if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+				return fmt.Errorf("%s: want http(s)://host[:port], got %q", flag, u)
+			}
+		}
+		return nil
+	}
+	if c.Allocator != "" {
+		if err := check("--allocator", []string{c.Allocator}); err != nil {
+			return err
+		}
+	}
+	if err := check("--api", c.API); err != nil {
+		return err
+	}
+	if err := check("--metrics", c.Metrics); err != nil {
+		return err
+	}
+	switch {
+	case c.Conns < 1:
+		return fmt.Errorf("--conns must be at least 1, got %d", c.Conns)
+	case c.Users < 0:
+		return fmt.Errorf("--users must not be negative, got %d", c.Users)
+	case c.Rooms < 1:
+		return fmt.Errorf("--rooms must be at least 1, got %d", c.Rooms)
+	case c.Rate < 0:
+		return fmt.Errorf("--rate must not be negative, got %v", c.Rate)
+	case c.Duration <= 0:
+		return fmt.Errorf("--duration must be positive, got %v", c.Duration)
+	case c.Settle < 0:
+		return fmt.Errorf("--settle must not be negative, got %v", c.Settle)
+	case c.Ramp < 0:
+		return fmt.Errorf("--ramp must not be negative, got %v", c.Ramp)
+	case c.Inflight < 1 || c.Inflight > 1024:
+		return fmt.Errorf("--inflight must be between 1 and 1024, got %d", c.Inflight)
+	case c.Size < 0 || c.Size > 1<<20:
+		return fmt.Errorf("--size must be between 0 and 1048576, got %d", c.Size)
+	case c.Class != "realtime" && c.Class != "chat" && c.Class != "notify":
+		return fmt.Errorf("--class must be realtime, chat or notify, got %q", c.Class)
+	case c.Reliable && c.Scenario != ScenarioPush:
+		return errors.New("--reliable is only for push: reliable delivery is for user targets (contract §5)")
+	case len(c.API) == 0 && c.needsAPI():
+		return fmt.Errorf("--api is required for %s (node HTTP base URLs)", c.Scenario)
+	}
+	if c.Rate == 0 && c.needsRate() {
+		return fmt.Errorf("--rate must be positive for %s", c.Scenario)
+	}
+	return nil
+}
+
+func (c Config) needsAPI() bool {
+	return c.Scenario == ScenarioBroadcast || c.Scenario == ScenarioPush || c.Scenario == ScenarioRoom
+}
+
+func (c Config) needsRate() bool { return c.needsAPI() || c.Scenario == ScenarioChurn }

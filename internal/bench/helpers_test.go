@@ -1,0 +1,261 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The smoke tests run the bench in-process against a real gateway: the
+// wsgate binary, built once per test run, started as `wsgate dev` (or
+// `wsgate gateway` with a JWT secret and an API key) on a port the kernel
+// picks. They assert counts, never timings.
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildPath string
+	buildErr  error
+)
+
+// TestMain fails the package if a test leaves a goroutine behind, and
+// removes the binary.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.Cleanup(func(int) {
+			if buildDir != "" {
+				os.RemoveAll(buildDir)
+			}
+		}),
+		// signal.NotifyContext in mainWith starts the runtime's signal
+		// loop, which never ends.
+		goleak.IgnoreTopFunction("os/signal.signal_recv"),
+	)
+}
+
+// wsgateBinary builds ./cmd/wsgate once per test run.
+func wsgateBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "wsgate-bench-test-")
+		if buildErr != nil {
+			return
+		}
+		buildPath = filepath.Join(buildDir, "wsgate")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/wsgate/wsgate/cmd/wsgate")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/wsgate: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// gateway is a wsgate process under test.
+type gateway struct {
+	cmd  *exec.Cmd
+	addr string // host:port it listens on
+	log  *lockedBuffer
+	done chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startGateway runs `wsgate <cmd> --listen 127.0.0.1:0` with env and
+// returns once its "gateway listening" log line gave the address. It is
+// stopped (SIGTERM, then SIGKILL) when the test ends.
+func startGateway(t *testing.T, cmdName string, env ...string) *gateway {
+	t.Helper()
+	g := &gateway{log: &lockedBuffer{}, done: make(chan struct{})}
+	g.cmd = exec.Command(wsgateBinary(t), cmdName, "--listen", "127.0.0.1:0")
+	g.cmd.Env = append(cleanEnv(), env...)
+	stderr, err := g.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.cmd.Stdout = g.log
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		defer close(g.done)
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			g.log.Write([]byte(line + "\n"))
+			if sent {
+				continue
+			}
+			var rec struct {
+				Msg    string `json:"msg"`
+				Listen string `json:"listen"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "gateway listening" {
+				addr <- rec.Listen
+				sent = true
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		g.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		g.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-g.done:
+		case <-time.After(10 * time.Second):
+			g.cmd.Process.Kill()
+			<-g.done
+		}
+		if t.Failed() {
+			t.Logf("---- %s log ----\n%s", cmdName, tail(g.log.String(), 30))
+		}
+	})
+	select {
+	case g.addr = <-addr:
+	case <-g.done:
+		t.Fatalf("wsgate %s exited before listening:\n%s", cmdName, g.log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("wsgate %s did not start:\n%s", cmdName, g.log.String())
+	}
+	return g
+}
+
+// cleanEnv is the test's environment without WSGATE_ settings.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WSGATE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (g *gateway) wsURL() string { return "ws://" + g.addr + "/ws" }
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// benchResult is one in-process run of the bench CLI.
+type benchResult struct {
+	code           int
+	stdout, stderr string
+	rep            *Report
+	html           string
+}
+
+// runBench runs `wsgate bench args...` in-process with no WSGATE_
+// environment, writing --json and --html into a temporary directory, and
+// decodes both.
+func runBench(t *testing.T, args ...string) benchResult {
+	t.Helper()
+	dir := t.TempDir()
+	jsonPath, htmlPath := filepath.Join(dir, "report.json"), filepath.Join(dir, "report.html")
+	args = append(args, "--json", jsonPath, "--html", htmlPath)
+	var stdout, stderr bytes.Buffer
+	noEnv := func(string) (string, bool) { return "", false }
+	res := benchResult{code: mainWith(args, noEnv, &stdout, &stderr)}
+	res.stdout, res.stderr = stdout.String(), stderr.String()
+	t.Logf("wsgate bench %s\n%s", strings.Join(args, " "), res.stdout)
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatalf("no JSON report: %v\nstderr:\n%s", err, res.stderr)
+	}
+	res.rep = new(Report)
+	if err := json.Unmarshal(b, res.rep); err != nil {
+		t.Fatalf("JSON report does not parse: %v", err)
+	}
+	h, err := os.ReadFile(htmlPath)
+	if err != nil {
+		t.Fatalf("no HTML report: %v", err)
+	}
+	res.html = string(h)
+	return res
+}
+
+// checkCommon asserts what every run must show: exit 0, every connection
+// opened, every check passed, an HTML report with charts.
+func checkCommon(t *testing.T, res benchResult, conns int) {
+	t.Helper()
+	rep := res.rep
+	if res.code != 0 {
+		t.Errorf("exit status %d\nstderr:\n%s", res.code, tail(res.stderr, 10))
+	}
+	c := rep.Connections
+	if c.Attempted != int64(conns) || c.Succeeded != c.Attempted || c.Failed != 0 {
+		t.Errorf("connections attempted %d succeeded %d failed %d (%v), want %d", c.Attempted, c.Succeeded, c.Failed, c.FailSamples, conns)
+	}
+	for _, ck := range rep.Checks {
+		if !ck.OK {
+			t.Errorf("check %s failed: %s", ck.Name, ck.Detail)
+		}
+	}
+	if len(rep.Nodes) != 1 || rep.Nodes[0].Baseline == nil || rep.Nodes[0].Final == nil || rep.Nodes[0].Final.Err != "" {
+		t.Errorf("node samples missing: %+v", rep.Nodes)
+	}
+	if !strings.Contains(res.html, "<svg") || strings.Contains(res.html, "<script") || strings.Contains(res.html, "http://cdn") {
+		t.Error("the HTML report has no inline SVG chart, or loads something")
+	}
+	if len(rep.Timeline) == 0 {
+		t.Error("empty timeline")
+	}
+}
+
+// checkMessages asserts exact delivery: sent = what was asked, every
+// recipient got each message once.
+func checkMessages(t *testing.T, rep *Report, sent, recipients int64) {
+	t.Helper()
+	m := rep.Messages
+	if m == nil {
+		t.Fatal("no message figures")
+	}
+	if m.Sent != sent || m.PublishErrors != 0 {
+		t.Errorf("sent %d (publish errors %d %v), want %d", m.Sent, m.PublishErrors, m.PublishErrorWhy, sent)
+	}
+	if m.Recipients != recipients {
+		t.Errorf("recipients %d, want %d", m.Recipients, recipients)
+	}
+	if m.Received != m.Expected || m.Lost != 0 || m.Duplicated != 0 || m.Misrouted != 0 || m.Expected+0 != m.Received+m.Lost {
+		t.Errorf("expected %d received %d lost %d duplicated %d misrouted %d", m.Expected, m.Received, m.Lost, m.Duplicated, m.Misrouted)
+	}
+	if rep.Latency == nil || rep.Latency.Count < uint64(m.Received) {
+		t.Errorf("latency samples %v, want at least %d", rep.Latency, m.Received)
+	}
+}
