@@ -131,3 +131,14 @@ func TestPublishIdempotencyKey(t *testing.T) {
 		t.Fatalf("another key: %d %v", s3, m3)
 	}
 }
+
+func TestIDsAreUniqueAndFixedWidth(t *testing.T) {
+	n := startNode(t, nil)
+	a, b := n.newID(), n.newID()
+	if a == b || len(a) != 20 || len(b) != 20 {
+		t.Fatalf("ids %q %q", a, b)
+	}
+	if got := n.formatID(0xabc); got != n.idPrefix+"000000000abc" {
+		t.Fatalf("formatID: %q", got)
+	}
+}

@@ -59,7 +59,7 @@ type conn struct {
 	format  protocol.Format
 	running bool // an inbound goroutine is processing inq
 
-	idSeq  uint64       // the connection id is the node's prefix and this (see connID)
+	idSeq  uint64 // the connection id is the node's prefix and this (see connID)
 	user   string
 	ip     string       // kept only when WSGATE_MAX_CONNS_PER_IP is set
 	claims *auth.Claims // kept only when the token has rooms or pub claims

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -238,7 +239,6 @@ func (e errUnauthorized) Error() string { return string(e) }
 // establish registers the upgraded connection, sends welcome, the gap and
 // the replay, then the live messages held meanwhile, and starts reading.
 func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial []byte) {
-	log := c.logger()
 	n.hub.add(c)
 	if n.cfg.DevicePolicy == config.DeviceSingle {
 		n.replaceOthers(c)
@@ -246,7 +246,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	ctx, cancel := n.bctx(n.ctx)
 	defer cancel()
 	fail := func(what string, err error) {
-		log.Warn("connection setup failed", "step", what, "err", err)
+		c.logger().Warn("connection setup failed", "step", what, "err", err)
 		c.mu.Lock()
 		c.closeWithReasonLocked(1011, "cluster backend unavailable")
 		c.mu.Unlock()
@@ -308,7 +308,9 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	c.writeOutLocked()
 	c.kickLocked()
 	c.mu.Unlock()
-	log.Info("connection open", "ip", ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages), "tls", c.tlsc != nil)
+	if n.log.Enabled(ctx, slog.LevelInfo) {
+		c.logger().Info("connection open", "ip", ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages), "tls", c.tlsc != nil)
+	}
 	// Bytes that came with the handshake are parsed before the socket's
 	// reader starts, so that one reader at a time touches the parser.
 	c.feed(initial)

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -256,7 +257,16 @@ func (n *Node) info() cluster.NodeInfo {
 // newID returns a cluster-unique id: the node's random prefix and a counter.
 func (n *Node) newID() string { return n.formatID(n.idSeq.Add(1)) }
 
-func (n *Node) formatID(seq uint64) string { return n.idPrefix + fmt.Sprintf("%012x", seq) }
+func (n *Node) formatID(seq uint64) string {
+	var b [40]byte
+	var h [16]byte
+	hx := strconv.AppendUint(h[:0], seq, 16)
+	out := append(b[:0], n.idPrefix...)
+	for i := len(hx); i < 12; i++ {
+		out = append(out, '0')
+	}
+	return string(append(out, hx...))
+}
 
 // bctx bounds one backend call made on behalf of a request.
 func (n *Node) bctx(parent context.Context) (context.Context, context.CancelFunc) {
