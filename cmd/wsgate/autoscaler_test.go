@@ -63,8 +63,9 @@ func TestAutoscalerServesAndStopsOnSIGTERM(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	var waitErr error
+	done := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(done) }()
 	defer func() {
 		select {
 		case <-done:
@@ -99,9 +100,9 @@ func TestAutoscalerServesAndStopsOnSIGTERM(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
+	case <-done:
+		if waitErr != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", waitErr, out.String())
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatalf("no exit 15s after SIGTERM:\n%s", out.String())
@@ -127,4 +128,3 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
-

@@ -13,11 +13,11 @@ type Autoscaler struct {
 	MaxConnsPerNode int           // capacity of one node
 	ScaleOutAt      float64       // fraction of capacity
 	ScaleInAt       float64       // fraction of capacity, below ScaleOutAt
-	CPUOutAt        float64       // node CPU load
+	CPUOutAt        float64       // mean node CPU load, in cores used by the gateway process
 	CPUInAt         float64       // node CPU load, below CPUOutAt
 	MinNodes        int
 	MaxNodes        int
-	Cooldown        time.Duration // least time between two scaling actions
+	Cooldown        time.Duration // after a scale-out before the next; after any action before a scale-in
 
 	Actuator      string // ActuatorExec, ActuatorKubernetes or ActuatorLocal
 	ExecCommand   string
@@ -58,11 +58,11 @@ func NewAutoscalerSet(cfg *Autoscaler) *Set {
 	s.Int(&cfg.MaxConnsPerNode, "max-conns-per-node", 15000, "connections one node is sized for (its capacity)")
 	s.Float(&cfg.ScaleOutAt, "scale-out-at", 0.75, "add a node when connections exceed this fraction of capacity")
 	s.Float(&cfg.ScaleInAt, "scale-in-at", 0.35, "remove a node when connections stay below this fraction of capacity")
-	s.Float(&cfg.CPUOutAt, "cpu-out-at", 0.80, "add a node when the mean node CPU load exceeds this")
-	s.Float(&cfg.CPUInAt, "cpu-in-at", 0.30, "a node may be removed only when the mean CPU load is below this")
+	s.Float(&cfg.CPUOutAt, "cpu-out-at", 0.80, "add a node when the mean node CPU load (cores used by a gateway process) exceeds this")
+	s.Float(&cfg.CPUInAt, "cpu-in-at", 0.30, "a node may be removed only when the mean node CPU load (cores) is below this")
 	s.Int(&cfg.MinNodes, "min-nodes", 2, "never fewer nodes than this")
 	s.Int(&cfg.MaxNodes, "max-nodes", 10, "never more nodes than this")
-	s.Duration(&cfg.Cooldown, "cooldown", 5*time.Minute, "least time between two scaling actions")
+	s.Duration(&cfg.Cooldown, "cooldown", 5*time.Minute, "least time after a scale-out before the next one, and after any action before a scale-in")
 	s.String(&cfg.Actuator, "actuator", ActuatorExec, "how to scale: exec, kubernetes or local")
 	s.String(&cfg.ExecCommand, "exec-command", "", "exec actuator: command run with the desired node count, or with drain NODE, as last arguments")
 	s.Duration(&cfg.ExecTimeout, "exec-timeout", 0, "exec actuator: time limit of one run of the command, killed after it (0 = 2m)")

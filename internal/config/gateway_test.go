@@ -49,6 +49,7 @@ var ownDefaults = map[string]string{
 	"WSGATE_RELIABLE_REPLICAS":  "0",
 	"WSGATE_HEARTBEAT_INTERVAL": "2s",
 	"WSGATE_LOG_LEVEL":          "info",
+	"WSGATE_DEBUG_LISTEN":       "",
 }
 
 func TestGatewayDefaults(t *testing.T) {

@@ -70,7 +70,6 @@ type Node struct {
 
 	mux *http.ServeMux
 	srv *http.Server
-	ln  net.Listener
 }
 
 // New builds a node from a validated configuration; backend is the
@@ -129,6 +128,13 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		n.goFunc(n.writeLoop)
 	}
 	n.mux = n.routes()
+	n.srv = &http.Server{
+		Handler:           n.mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
+	}
 	return n, nil
 }
 
@@ -169,24 +175,14 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
-// Serve accepts HTTP on ln until Shutdown.
+// Serve accepts HTTP on ln until Shutdown (also when Shutdown came first).
 func (n *Node) Serve(ln net.Listener) error {
-	n.ln = ln
-	n.srv = &http.Server{
-		Handler:           n.mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
-	}
+	var err error
 	if n.cfg.TLSCertFile != "" {
-		err := n.srv.ServeTLS(ln, n.cfg.TLSCertFile, n.cfg.TLSKeyFile)
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return err
+		err = n.srv.ServeTLS(ln, n.cfg.TLSCertFile, n.cfg.TLSKeyFile)
+	} else {
+		err = n.srv.Serve(ln)
 	}
-	err := n.srv.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -200,11 +196,9 @@ func (n *Node) Drained() <-chan struct{} { return n.drained }
 // Shutdown stops accepting, closes every connection at once with 1001 and
 // stops the node's goroutines (a drain, for graceful stops, is Drain).
 func (n *Node) Shutdown(ctx context.Context) error {
-	if n.srv != nil {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_ = n.srv.Shutdown(sctx)
-		cancel()
-	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_ = n.srv.Shutdown(sctx)
+	cancel()
 	for _, c := range n.hub.all() {
 		c.close(1001, "node shutting down")
 	}
