@@ -28,17 +28,17 @@ var errClosed = errors.New("cluster: backend closed")
 type Memory struct {
 	now func() time.Time
 
-	mu       sync.Mutex
-	closed   bool
-	nodes    map[string]NodeInfo
-	seen     map[string]bool                 // nodes that registered through this backend
-	routes   map[string]map[string]memRoute  // user -> conn id -> route
-	members  map[string]map[string]struct{}  // room -> users
-	rooms    map[string]map[string]struct{}  // user -> rooms
-	interest map[string]map[string]time.Time // room -> node -> expiry
-	declared map[string]map[string]struct{}  // node -> rooms it declared interest in
-	inboxes  map[string]*memInbox
-	subs     map[string]map[*memSub]struct{} // node -> live subscriptions
+	mu        sync.Mutex
+	closed    bool
+	nodes     map[string]NodeInfo
+	seen      map[string]bool                 // nodes that registered through this backend
+	routes    map[string]map[string]memRoute  // user -> conn id -> route
+	members   map[string]map[string]struct{}  // room -> users
+	rooms     map[string]map[string]struct{}  // user -> rooms
+	interest  map[string]map[string]time.Time // room -> node -> expiry
+	declared  map[string]map[string]struct{}  // node -> rooms it declared interest in
+	inboxes   map[string]*memInbox
+	subs      map[string]map[*memSub]struct{} // node -> live subscriptions
 	keys      map[string]memKey               // publisher idempotency keys
 	keyClaims int
 

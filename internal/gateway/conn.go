@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
@@ -138,7 +139,7 @@ func (c *conn) send(frame []byte) bool {
 // that may be retried.
 func (c *conn) enqueueLocked(frame []byte, cl class) (ok, wait bool) {
 	if c.state >= stClosing {
-		c.n.metrics.Dropped.WithLabelValues("closed").Inc()
+		c.n.metrics.Dropped.WithLabelValues(metrics.DropClosed).Inc()
 		return false, false
 	}
 	if len(c.outq) >= c.n.cfg.SendQueue && !c.waitOut && c.state == stOpen {
@@ -150,12 +151,12 @@ func (c *conn) enqueueLocked(frame []byte, cl class) (ok, wait bool) {
 		c.n.metrics.SendQueueFull.Inc()
 		switch cl {
 		case classRealtime:
-			c.n.metrics.Dropped.WithLabelValues("queue_full").Inc()
+			c.n.metrics.Dropped.WithLabelValues(metrics.DropQueueFull).Inc()
 			return false, false
 		case classNotify:
 			return false, true
 		default:
-			c.n.metrics.Dropped.WithLabelValues("slow_consumer").Inc()
+			c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()
 			c.closeLocked(protocol.CloseSlowConsumer)
 			return false, false
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -102,7 +103,7 @@ func (c *conn) deliverLocked(d *delivery) bool {
 	}
 	fr := d.frame(c.format)
 	if fr == nil {
-		c.n.metrics.Dropped.WithLabelValues("encode").Inc()
+		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
 		return false
 	}
 	_, wait := c.enqueueLocked(fr, d.class)
@@ -122,7 +123,7 @@ func (c *conn) waitNotify(d *delivery) {
 			return
 		}
 	}
-	c.n.metrics.Dropped.WithLabelValues("notify_timeout").Inc()
+	c.n.metrics.Dropped.WithLabelValues(metrics.DropNotifyWait).Inc()
 }
 
 // catchUp fills a hole in the reliable sequence from the inbox, then

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -189,7 +190,7 @@ func (c *conn) onMessage(op byte, payload []byte) bool {
 			return false
 		}
 		if !c.rate.Take(rate, now.UnixNano()) {
-			c.n.metrics.Dropped.WithLabelValues("rate_limited").Inc()
+			c.n.metrics.Dropped.WithLabelValues(metrics.DropRateLimited).Inc()
 			c.sendError(protocol.ErrRateLimited, "message rate exceeded; frame dropped")
 			return true
 		}

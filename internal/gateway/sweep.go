@@ -4,6 +4,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -61,7 +62,7 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 		return
 	}
 	if c.pendingSince != 0 && now-c.pendingSince >= 10 {
-		c.n.metrics.Dropped.WithLabelValues("slow_consumer").Inc()
+		c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()
 		c.teardownLocked("socket took no data for 10s")
 		return
 	}

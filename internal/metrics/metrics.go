@@ -92,6 +92,15 @@ func New() *Metrics {
 	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "invalid"} {
 		m.ClientFrames.WithLabelValues(ty)
 	}
+	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
+		m.BackendErrors.WithLabelValues(op)
+	}
+	for _, r := range []string{DropQueueFull, DropNotifyWait, DropSlowClose, DropClosed, DropEncode, DropRateLimited} {
+		m.Dropped.WithLabelValues(r)
+	}
+	for _, r := range []string{RejectBadRequest, RejectUnauthorized, RejectOrigin, RejectRate, RejectConnLimit, RejectUnavailable} {
+		m.HandshakeRejected.WithLabelValues(r)
+	}
 	return m
 }
 
