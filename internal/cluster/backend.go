@@ -111,6 +111,9 @@ type Backend interface {
 	// RemoveRoute deletes the route of exactly this connection id, atomically:
 	// a route of another connection of the same user is never touched.
 	RemoveRoute(ctx context.Context, user, connID string) error
+	// RemoveRoutes is RemoveRoute for many connections in one call
+	// (pipelined): what a node uses when connections end in numbers.
+	RemoveRoutes(ctx context.Context, routes []Route) error
 	// UserRoutes lists the user's routes that have not expired.
 	UserRoutes(ctx context.Context, user string) ([]Route, error)
 

@@ -20,3 +20,13 @@ func (m *Memory) Connect(ctx context.Context, route Route, ttl time.Duration, si
 	}
 	return ConnectResult{Rooms: rooms, Inbox: in}, nil
 }
+
+// RemoveRoutes implements Backend.
+func (m *Memory) RemoveRoutes(ctx context.Context, routes []Route) error {
+	for _, r := range routes {
+		if err := m.RemoveRoute(ctx, r.User, r.ConnID); err != nil {
+			return err
+		}
+	}
+	return nil
+}

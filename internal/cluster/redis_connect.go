@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -148,4 +149,24 @@ func decodeConnect(since int64, reply any) (ConnectResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// RemoveRoutes implements Backend: one HDEL per route, pipelined in
+// batches (each HDEL removes exactly that connection's field).
+func (r *Redis) RemoveRoutes(ctx context.Context, routes []Route) error {
+	for batch := range slices.Chunk(routes, routeBatch) {
+		err := r.do(ctx, "remove routes", true, func(ctx context.Context) error {
+			_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, rt := range batch {
+					p.HDel(ctx, r.k.routes(rt.User), rt.ConnID)
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"log/slog"
@@ -374,11 +373,7 @@ func (n *Node) forget(c *conn) {
 	if c.ip != "" {
 		n.ipConns.Release(c.ip)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
-	defer cancel()
-	start := time.Now()
-	err := n.backend.RemoveRoute(ctx, c.user, c.connID())
-	n.observe("route", start, err)
+	n.removeRoute(cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID})
 	if len(emptied) > 0 {
 		n.dropInterest(emptied)
 	}

@@ -48,9 +48,10 @@ type Node struct {
 	hsLimiter *auth.RateLimiter
 	ipConns   *auth.ConnCounter
 
-	poller  *netpoll.Poller
-	writers chan *conn
-	hub     *hub
+	poller   *netpoll.Poller
+	writers  chan *conn
+	removals chan cluster.Route // routes of ended connections, removed in batches
+	hub      *hub
 
 	idPrefix string
 	idSeq    atomic.Uint64
@@ -124,6 +125,8 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	}
 	n.poller = p
 	n.writers = make(chan *conn, 1<<16)
+	n.removals = make(chan cluster.Route, 1<<16)
+	n.goFunc(n.removeLoop)
 	for i := 0; i < max(2, runtime.GOMAXPROCS(0)); i++ {
 		n.goFunc(n.writeLoop)
 	}

@@ -70,3 +70,26 @@ func testConnectConcurrent(t *testing.T, b cluster.Backend) {
 		}
 	}
 }
+
+func init() {
+	routeTests = append(routeTests, subtest{"RemoveRoutesBatch", testRemoveRoutes})
+}
+
+func testRemoveRoutes(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	var all []cluster.Route
+	for i := 0; i < 50; i++ {
+		all = append(all, cluster.Route{User: fmt.Sprint("rr", i%5), ConnID: fmt.Sprint("c", i), Node: "n1"})
+	}
+	must(t, b.AddRoutes(ctx, all, longTTL))
+	must(t, b.RemoveRoutes(ctx, all[:40]))
+	left := 0
+	for u := 0; u < 5; u++ {
+		rs, err := b.UserRoutes(ctx, fmt.Sprint("rr", u))
+		must(t, err)
+		left += len(rs)
+	}
+	if left != 10 {
+		t.Fatalf("%d routes left, want 10", left)
+	}
+}
