@@ -105,6 +105,8 @@ type Redis struct {
 	subs       map[*redisSub]struct{}
 	wg         sync.WaitGroup
 	connects   connectBatcher
+	appends    scriptBatcher // AppendInbox without WAIT
+	publishes  publishBatcher
 }
 
 // NewRedis connects to the deployment that opt.URL names. It fails only for

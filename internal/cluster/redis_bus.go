@@ -36,10 +36,7 @@ func (r *Redis) Send(ctx context.Context, nodes []string, payload []byte) error 
 	if len(channels) == 0 {
 		return nil
 	}
-	// Not idempotent: a repeat could deliver twice.
-	return r.do(ctx, "send", false, func(ctx context.Context) error {
-		return r.publish(ctx, channels, payload)
-	})
+	return r.publishes.send(ctx, r, channels, payload)
 }
 
 // publish sends payload to channels, pipelined. In Redis Cluster every
@@ -69,11 +66,31 @@ func (r *Redis) publish(ctx context.Context, channels []string, payload []byte) 
 	return err
 }
 
+// publishMany is publish with one payload per channel, in order.
+func (r *Redis) publishMany(ctx context.Context, channels []string, payloads [][]byte) error {
+	var c redis.Cmdable = r.c
+	if cc, ok := r.c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, r.k.busRoute())
+		if err != nil {
+			return err
+		}
+		c = m
+	}
+	if len(channels) == 1 {
+		return c.Publish(ctx, channels[0], payloads[0]).Err()
+	}
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, ch := range channels {
+			p.Publish(ctx, ch, payloads[i])
+		}
+		return nil
+	})
+	return err
+}
+
 // Broadcast implements Backend: one PUBLISH to the all-nodes channel.
 func (r *Redis) Broadcast(ctx context.Context, payload []byte) error {
-	return r.do(ctx, "broadcast", false, func(ctx context.Context) error {
-		return r.publish(ctx, []string{r.k.busAll()}, payload)
-	})
+	return r.publishes.send(ctx, r, []string{r.k.busAll()}, payload)
 }
 
 // redisSub is one Subscribe call: a go-redis PubSub on the node's two

@@ -38,6 +38,8 @@ type connectBatcher struct {
 
 // Connect implements Backend with scriptConnect, pipelined across callers.
 func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error) {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
 	req := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt, done: make(chan struct{})}
 	b := &r.connects
 	b.mu.Lock()

@@ -36,14 +36,15 @@ func (r *Redis) AppendInbox(ctx context.Context, user string, payload []byte, op
 	var acked int64 = -1
 	// Not idempotent: a repeat after a lost reply would store the message
 	// twice under two seqs.
-	err := r.do(ctx, "append inbox", false, func(ctx context.Context) (err error) {
-		if r.opt.Replicas == 0 {
-			reply, err = scriptAppend.Run(ctx, r.c, keys, args...).Result()
+	var err error
+	if r.opt.Replicas == 0 {
+		reply, err = r.appends.run(ctx, r, keys, args)
+	} else {
+		err = r.do(ctx, "append inbox", false, func(ctx context.Context) (err error) {
+			reply, acked, err = r.appendAndWait(ctx, keys, args)
 			return err
-		}
-		reply, acked, err = r.appendAndWait(ctx, keys, args)
-		return err
-	})
+		})
+	}
 	if err != nil {
 		return AppendResult{}, err
 	}

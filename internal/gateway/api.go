@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/allocator"
@@ -211,21 +212,55 @@ func (n *Node) apiPublishBatch(w http.ResponseWriter, r *http.Request) error {
 	if len(b.Messages) > maxBatch {
 		return badRequest("at most %d messages per batch, got %d", maxBatch, len(b.Messages))
 	}
-	results := make([]any, len(b.Messages))
-	for i, raw := range b.Messages {
-		req, err := decodePublish(raw)
-		if err == nil {
-			var res PublishResult
-			res, err = n.Publish(r.Context(), req)
-			if err == nil {
-				results[i] = res
-				continue
-			}
-		}
-		results[i] = map[string]protocol.ErrorBody{"error": errorBody(err)}
-	}
+	results := n.publishBatch(r.Context(), b.Messages)
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
 	return nil
+}
+
+// batchParallel bounds the targets a batch publishes to at once.
+const batchParallel = 64
+
+// publishBatch publishes every message of a batch. Messages to the same
+// target keep their order (one after the other); different targets run in
+// parallel, so that their backend round trips overlap (and the Redis
+// backend pipelines them).
+func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
+	results := make([]any, len(msgs))
+	groups := map[protocol.Target][]int{}
+	var order []protocol.Target
+	reqs := make([]PublishRequest, len(msgs))
+	for i, raw := range msgs {
+		req, err := decodePublish(raw)
+		if err != nil {
+			results[i] = map[string]protocol.ErrorBody{"error": errorBody(err)}
+			continue
+		}
+		reqs[i] = req
+		if _, ok := groups[req.Target]; !ok {
+			order = append(order, req.Target)
+		}
+		groups[req.Target] = append(groups[req.Target], i)
+	}
+	sem := make(chan struct{}, batchParallel)
+	var wg sync.WaitGroup
+	for _, t := range order {
+		idx := groups[t]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, i := range idx {
+				res, err := n.Publish(ctx, reqs[i])
+				if err != nil {
+					results[i] = map[string]protocol.ErrorBody{"error": errorBody(err)}
+				} else {
+					results[i] = res
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return results
 }
 
 func errorBody(err error) protocol.ErrorBody {
