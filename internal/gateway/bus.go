@@ -31,7 +31,8 @@ type envelope struct {
 	User   string `json:"u,omitempty"`
 	Room   string `json:"r,omitempty"`
 	Join   bool   `json:"j,omitempty"`
-	Except string `json:"x,omitempty"` // kick: spare this connection
+	Except string `json:"x,omitempty"`    // kick: spare this connection
+	Conn   string `json:"conn,omitempty"` // kick: only this connection
 	Code   int    `json:"code,omitempty"`
 	Reason string `json:"why,omitempty"`
 }
@@ -67,7 +68,7 @@ func (n *Node) onBus(payload []byte) {
 		n.deliverLocal(protocol.Target{Type: e.TType, ID: e.TID}, newDelivery(body, class(e.Class), e.Seq, e.PubAt))
 	case kindKick:
 		for _, c := range n.hub.userConns(e.User) {
-			if c.connID() != e.Except {
+			if id := c.connID(); id != e.Except && (e.Conn == "" || id == e.Conn) {
 				c.close(e.Code, e.Reason)
 			}
 		}

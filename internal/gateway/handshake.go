@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -239,9 +241,6 @@ func (e errUnauthorized) Error() string { return string(e) }
 // the replay, then the live messages held meanwhile, and starts reading.
 func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial []byte) {
 	n.hub.add(c)
-	if n.cfg.DevicePolicy == config.DeviceSingle {
-		n.replaceOthers(c)
-	}
 	ctx, cancel := n.bctx(n.ctx)
 	defer cancel()
 	fail := func(what string, err error) {
@@ -262,6 +261,9 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 		return
 	}
 	rd := cr.Inbox
+	if n.cfg.DevicePolicy == config.DeviceSingle {
+		n.replaceOthers(ctx, c)
+	}
 	if added := n.hub.setRooms(c.user, cr.Rooms); len(added) > 0 {
 		start = time.Now()
 		err := n.backend.SetRoomInterest(ctx, n.cfg.NodeID, added, n.cfg.RouteTTL)
@@ -297,13 +299,13 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	if c.x != nil {
 		held, c.x.held = c.x.held, nil
 	}
-	// Still resuming (nothing is handed to a writer yet): queue the
-	// replay, then what arrived live meanwhile, then open.
+	// Open, then queue the replay and what arrived live meanwhile. The
+	// socket of a new connection is writable: the welcome and the replay
+	// go out from here (a full queue is written inline, never taken for
+	// a slow client).
+	c.state = stOpen
 	c.queueInboxLocked(rd.Messages)
 	c.releaseLocked(held)
-	c.state = stOpen
-	// The socket of a new connection is writable: the welcome and the
-	// replay go out from here, without a hand-off to the writer pool.
 	c.writeOutLocked()
 	c.kickLocked()
 	c.mu.Unlock()
@@ -337,29 +339,45 @@ func (c *conn) startReading() {
 	c.token = tok
 }
 
-// replaceOthers closes the user's other connections (single device policy)
-// before the new route is written: locally at once, elsewhere via the bus.
-func (n *Node) replaceOthers(c *conn) {
-	for _, o := range n.hub.userConns(c.user) {
-		if o != c {
-			o.close(protocol.CloseReplaced, "replaced by a newer connection")
-		}
-	}
-	ctx, cancel := n.bctx(n.ctx)
-	defer cancel()
+// replaceOthers applies the single device policy once c's route is
+// stored: of all the user's connections the newest (by connect time, then
+// id) stays; every node closes the older ones it holds with 4009, and a
+// connection that finds a newer one closes itself. Whatever the timing of
+// two logins on two nodes, the later reader sees both routes, so exactly
+// one connection remains.
+func (n *Node) replaceOthers(ctx context.Context, c *conn) {
 	routes, err := n.backend.UserRoutes(ctx, c.user)
 	if err != nil {
 		return
 	}
-	var remote []string
-	for _, id := range routeNodes(routes) {
-		if id != n.cfg.NodeID {
-			remote = append(remote, id)
-		}
+	me := c.connID()
+	newer := func(r cluster.Route) bool {
+		return r.ConnectedAt > c.connectedAt || (r.ConnectedAt == c.connectedAt && r.ConnID > me)
 	}
-	if len(remote) > 0 {
-		env := encodeEnvelope(envelope{Kind: kindKick, User: c.user, Except: c.connID(), Code: protocol.CloseReplaced, Reason: "replaced by a newer connection"}, nil)
-		_ = n.backend.Send(ctx, remote, env)
+	older := map[string][]string{} // node -> conn ids to close
+	for _, r := range routes {
+		if r.ConnID == me {
+			continue
+		}
+		if newer(r) {
+			c.close(protocol.CloseReplaced, "replaced by a newer connection")
+			return
+		}
+		older[r.Node] = append(older[r.Node], r.ConnID)
+	}
+	for node, ids := range older {
+		if node == n.cfg.NodeID {
+			for _, o := range n.hub.userConns(c.user) {
+				if slices.Contains(ids, o.connID()) {
+					o.close(protocol.CloseReplaced, "replaced by a newer connection")
+				}
+			}
+			continue
+		}
+		for _, id := range ids {
+			env := encodeEnvelope(envelope{Kind: kindKick, User: c.user, Conn: id, Code: protocol.CloseReplaced, Reason: "replaced by a newer connection"}, nil)
+			_ = n.backend.Send(ctx, []string{node}, env)
+		}
 	}
 }
 

@@ -44,10 +44,16 @@ func (n *Node) heartbeatLoop() {
 		if lost || !wasHealthy || time.Since(lastRefresh) >= refreshEvery {
 			if lost {
 				n.log.Warn("cluster backend lost this node's state; registering routes and rooms again")
-				n.goFunc(n.resyncSeqs)
 			}
+			tick := time.Now()
 			if err := n.reRegister(ctx); err == nil {
-				lastRefresh = time.Now()
+				lastRefresh = tick
+			}
+			if lost || !wasHealthy {
+				// Bus messages may have been lost while the backend was
+				// away: every connection catches up from its inbox (after
+				// lowering a seq the backend may have forgotten).
+				n.goFunc(func() { n.recoverConnections(lost) })
 			}
 		}
 		if time.Since(lastCleanup) >= 5*n.cfg.HeartbeatInterval {
@@ -88,24 +94,48 @@ func (n *Node) reRegister(ctx context.Context) error {
 	return err
 }
 
-// resyncSeqs runs after the backend lost its data: a user's seq counter
-// may have restarted, and a connection that remembers a higher seq would
-// take the new messages for duplicates. Each connection's last seq is
-// lowered to the user's current seq where it is above it.
-func (n *Node) resyncSeqs() {
+// recoverConnections runs once the backend is back after an outage.
+// Reliable messages published meanwhile are in the inboxes, but their bus
+// envelopes may be lost: each connection reads its inbox after its last
+// seq. After a data loss a user's seq counter may have restarted, so a
+// connection that remembers a higher seq is first lowered to it (it would
+// take the new messages for duplicates). At most 32 users at a time.
+func (n *Node) recoverConnections(lost bool) {
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
 	for _, c := range n.hub.all() {
-		ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
-		last, err := n.backend.LastSeq(ctx, c.user)
-		cancel()
-		if err != nil {
-			return
+		if n.ctx.Err() != nil {
+			break
 		}
-		c.mu.Lock()
-		if c.lastSeq > last {
-			c.lastSeq = last
-		}
-		c.mu.Unlock()
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if lost {
+				ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
+				last, err := n.backend.LastSeq(ctx, c.user)
+				cancel()
+				if err != nil {
+					return
+				}
+				c.mu.Lock()
+				if c.lastSeq > last {
+					c.lastSeq = last
+				}
+				c.mu.Unlock()
+			}
+			c.mu.Lock()
+			start := c.state == stOpen && (c.x == nil || !c.x.catchUp)
+			if start {
+				c.extra().catchUp = true
+			}
+			c.mu.Unlock()
+			if start {
+				c.catchUp()
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // staleAfter is when a node whose heartbeat stopped is skipped by the

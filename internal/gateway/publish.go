@@ -172,15 +172,17 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class) (Publish
 		}
 		n.route(ctx, nodes, &msg, cl, now)
 	case protocol.TargetBroadcast:
+		// Over the bus first: a broadcast answered 503 is delivered
+		// nowhere, so that a retry does not deliver it twice here.
 		body := protocol.AppendMessageJSON(nil, &msg)
-		n.deliverLocal(r.Target, newDelivery(body, cl, 0, now.UnixNano()))
 		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID}, body)
 		start := time.Now()
 		err := n.backend.Broadcast(ctx, env)
 		n.observe("bus", start, err)
 		if err != nil {
-			return res, unavailable("broadcast", err)
+			return PublishResult{}, unavailable("broadcast", err)
 		}
+		n.deliverLocal(r.Target, newDelivery(body, cl, 0, now.UnixNano()))
 	}
 	return res, nil
 }

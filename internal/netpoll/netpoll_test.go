@@ -72,11 +72,17 @@ func TestReadableEventsAndStaleTokens(t *testing.T) {
 			t.Fatalf("got %q", r.got)
 		}
 	}
-	r.mu.Lock()
-	if r.writable == 0 {
-		t.Error("no writable event after registration")
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r.mu.Lock()
+		w := r.writable
+		r.mu.Unlock()
+		if w > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no writable event after registration")
+		}
 	}
-	r.mu.Unlock()
 	// After Unregister, the slot's generation changed: a new socket in the
 	// same slot is not confused with the old one.
 	p.Unregister(fds[0], tok)
