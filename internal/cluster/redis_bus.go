@@ -250,6 +250,13 @@ func (s *redisSub) run(early []*redis.Message) {
 			return
 		}
 		backoff = min(2*backoff, busBackoffMax)
+		var re redis.Error
+		if errors.As(err, &re) {
+			// Redis answered with an error (e.g. NOPERM for a SUBSCRIBE
+			// refused after an ACL change): go-redis will not subscribe
+			// again by itself on a healthy connection, so start over.
+			s.rebuild()
+		}
 	}
 }
 

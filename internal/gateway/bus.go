@@ -82,12 +82,18 @@ func (n *Node) onBus(payload []byte) {
 }
 
 // applyMembership updates the local index after a join or leave and
-// declares or drops this node's interest in the room.
+// declares or drops this node's interest in the room. The node that
+// handled the join declared interest for this node already; if the user
+// has no connection here any more (it closed meanwhile) and no other local
+// member has the room, that declaration is withdrawn.
 func (n *Node) applyMembership(user, room string, join bool) {
 	if join {
-		added, _ := n.hub.join(user, room)
-		if added {
+		added, present := n.hub.join(user, room)
+		switch {
+		case added:
 			n.goFunc(func() { n.declareInterest([]string{room}) })
+		case !present:
+			n.goFunc(func() { n.dropInterest([]string{room}) })
 		}
 		return
 	}
@@ -96,22 +102,37 @@ func (n *Node) applyMembership(user, room string, join bool) {
 	}
 }
 
+// declareInterest and dropInterest write this node's room interest. They
+// run one at a time and re-check the local index under the lock, so that
+// a declaration and a withdrawal racing each other (a join and a close)
+// always leave the backend as the index is now.
 func (n *Node) declareInterest(rooms []string) {
-	if len(rooms) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(n.ctx, 4*time.Second)
 	defer cancel()
+	_ = n.declareInterestCtx(ctx, rooms)
+}
+
+func (n *Node) declareInterestCtx(ctx context.Context, rooms []string) error {
+	n.interestMu.Lock()
+	defer n.interestMu.Unlock()
+	rooms = n.hub.filterRooms(rooms, true)
+	if len(rooms) == 0 {
+		return nil
+	}
 	start := time.Now()
 	err := n.backend.SetRoomInterest(ctx, n.cfg.NodeID, rooms, n.cfg.RouteTTL)
 	n.observe("rooms", start, err)
+	return err
 }
 
 func (n *Node) dropInterest(rooms []string) {
+	n.interestMu.Lock()
+	defer n.interestMu.Unlock()
+	rooms = n.hub.filterRooms(rooms, false)
 	if len(rooms) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, 4*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(n.ctx), 4*time.Second)
 	defer cancel()
 	start := time.Now()
 	err := n.backend.DropRoomInterest(ctx, n.cfg.NodeID, rooms)

@@ -265,10 +265,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 		n.replaceOthers(ctx, c)
 	}
 	if added := n.hub.setRooms(c.user, cr.Rooms); len(added) > 0 {
-		start = time.Now()
-		err := n.backend.SetRoomInterest(ctx, n.cfg.NodeID, added, n.cfg.RouteTTL)
-		n.observe("rooms", start, err)
-		if err != nil {
+		if err := n.declareInterestCtx(ctx, added); err != nil {
 			fail("room interest", err)
 			return
 		}

@@ -86,12 +86,7 @@ func (n *Node) reRegister(ctx context.Context) error {
 		n.log.Warn("route refresh failed", "err", err)
 		return err
 	}
-	if rooms := n.hub.localRooms(); len(rooms) > 0 {
-		start = time.Now()
-		err = n.backend.SetRoomInterest(ctx, n.cfg.NodeID, rooms, n.cfg.RouteTTL)
-		n.observe("rooms", start, err)
-	}
-	return err
+	return n.declareInterestCtx(ctx, n.hub.localRooms())
 }
 
 // recoverConnections runs once the backend is back after an outage.

@@ -190,3 +190,17 @@ func (h *hub) localRooms() []string {
 	}
 	return out
 }
+
+// filterRooms keeps the rooms that have (withMembers) or do not have a
+// local member connection.
+func (h *hub) filterRooms(rooms []string, withMembers bool) []string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var out []string
+	for _, r := range rooms {
+		if _, ok := h.rooms[r]; ok == withMembers {
+			out = append(out, r)
+		}
+	}
+	return out
+}

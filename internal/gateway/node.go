@@ -57,6 +57,8 @@ type Node struct {
 	idSeq    atomic.Uint64
 	accepted atomic.Uint64 // upgraded connections since start
 
+	interestMu sync.Mutex // orders this node's room interest writes
+
 	startedAt time.Time
 	status    atomic.Value // cluster.NodeStatus
 	weight    atomic.Int32

@@ -210,8 +210,32 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	err := n.backend.Send(ctx, remote, env)
 	n.observe("bus", start, err)
 	if err != nil {
-		// Reliable messages are in the inbox and reach the user on resume.
-		n.log.Warn("bus send failed", "nodes", remote, "err", err)
+		n.log.Warn("bus send failed", "nodes", remote, "seq", msg.Seq, "err", err)
+		if msg.Seq > 0 {
+			// The message is in the inbox, but an open connection would
+			// see it only behind the next one: send again in the
+			// background (a connection drops a seq it already has).
+			n.goFunc(func() { n.resend(remote, env) })
+		}
+	}
+}
+
+// resend retries a reliable message's bus envelope for up to a minute.
+func (n *Node) resend(nodes []string, env []byte) {
+	delay := 200 * time.Millisecond
+	for attempt := 0; attempt < 12; attempt++ {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, 4*time.Second)
+		err := n.backend.Send(ctx, nodes, env)
+		cancel()
+		if err == nil {
+			return
+		}
+		delay = min(2*delay, 10*time.Second)
 	}
 }
 
