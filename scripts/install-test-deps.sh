@@ -6,7 +6,7 @@ set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
-command -v chromium >/dev/null || need+=(chromium)
+command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
 if [ ${#need[@]} -eq 0 ]; then
 	echo "test dependencies present: $(redis-server --version | cut -d' ' -f1-3), $(chromium --version 2>/dev/null | head -1)"
 	exit 0
