@@ -9,14 +9,48 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptBatcher pipelines concurrent runs of one script (scriptAppend):
-// a call made while a batch is in flight waits for the next one, so many
-// publishers share round trips; a lone call is sent at once.
-type scriptBatcher struct {
+// batcher pipelines concurrent calls of one kind: a call made while a
+// batch is in flight goes in the next one, so that under load many calls
+// share one round trip, and a lone call is sent at once (no timer, no
+// added latency). Batches run one after another, in call order.
+type batcher[T any] struct {
 	mu      sync.Mutex
-	pending []*scriptReq
+	pending []T
 	running bool
 }
+
+const batchMax = 256
+
+// add queues q; run executes a batch (on the batcher's goroutine).
+func (b *batcher[T]) add(q T, run func([]T)) {
+	b.mu.Lock()
+	b.pending = append(b.pending, q)
+	start := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if start {
+		go b.loop(run)
+	}
+}
+
+func (b *batcher[T]) loop(run func([]T)) {
+	for {
+		b.mu.Lock()
+		n := min(len(b.pending), batchMax)
+		if n == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		batch := append([]T(nil), b.pending[:n]...)
+		b.pending = append(b.pending[:0], b.pending[n:]...)
+		b.mu.Unlock()
+		run(batch)
+	}
+}
+
+// scriptBatcher pipelines concurrent runs of scriptAppend.
+type scriptBatcher struct{ batcher[*scriptReq] }
 
 type scriptReq struct {
 	ctx   context.Context
@@ -27,20 +61,11 @@ type scriptReq struct {
 	done  chan struct{}
 }
 
-const scriptBatchMax = 256
-
 func (b *scriptBatcher) run(ctx context.Context, r *Redis, keys []string, args []any) (any, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	q := &scriptReq{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
-	b.mu.Lock()
-	b.pending = append(b.pending, q)
-	start := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if start {
-		go b.loop(r)
-	}
+	b.add(q, r.appendBatch)
 	select {
 	case <-q.done:
 		return q.reply, q.err
@@ -48,22 +73,6 @@ func (b *scriptBatcher) run(ctx context.Context, r *Redis, keys []string, args [
 		// The append may still run; the caller answers 503 and a retry
 		// with the same idempotency key is safe.
 		return nil, fmt.Errorf("%w: redis append inbox: %w", ErrUnavailable, ctx.Err())
-	}
-}
-
-func (b *scriptBatcher) loop(r *Redis) {
-	for {
-		b.mu.Lock()
-		n := min(len(b.pending), scriptBatchMax)
-		if n == 0 {
-			b.running = false
-			b.mu.Unlock()
-			return
-		}
-		batch := append([]*scriptReq(nil), b.pending[:n]...)
-		b.pending = append(b.pending[:0], b.pending[n:]...)
-		b.mu.Unlock()
-		r.appendBatch(batch)
 	}
 }
 
@@ -106,13 +115,8 @@ func (r *Redis) appendBatch(batch []*scriptReq) {
 }
 
 // publishBatcher pipelines concurrent bus sends (Send and Broadcast) in
-// call order: under load many publishers share one round trip, and one
-// publisher's messages keep their order (batches run one after another).
-type publishBatcher struct {
-	mu      sync.Mutex
-	pending []*publishReq
-	running bool
-}
+// call order: one publisher's messages keep their order.
+type publishBatcher struct{ batcher[*publishReq] }
 
 type publishReq struct {
 	channels []string
@@ -125,14 +129,7 @@ func (b *publishBatcher) send(ctx context.Context, r *Redis, channels []string, 
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	q := &publishReq{channels: channels, payload: payload, done: make(chan struct{})}
-	b.mu.Lock()
-	b.pending = append(b.pending, q)
-	start := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if start {
-		go b.loop(r)
-	}
+	b.add(q, r.publishBatch)
 	select {
 	case <-q.done:
 		return q.err
@@ -141,36 +138,25 @@ func (b *publishBatcher) send(ctx context.Context, r *Redis, channels []string, 
 	}
 }
 
-func (b *publishBatcher) loop(r *Redis) {
-	for {
-		b.mu.Lock()
-		n := min(len(b.pending), scriptBatchMax)
-		if n == 0 {
-			b.running = false
-			b.mu.Unlock()
-			return
+// publishBatch sends the bus messages of a batch as one pipeline.
+func (r *Redis) publishBatch(batch []*publishReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	defer cancel()
+	var channels []string
+	var payloads [][]byte
+	for _, q := range batch {
+		for _, ch := range q.channels {
+			channels = append(channels, ch)
+			payloads = append(payloads, q.payload)
 		}
-		batch := append([]*publishReq(nil), b.pending[:n]...)
-		b.pending = append(b.pending[:0], b.pending[n:]...)
-		b.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
-		var channels []string
-		var payloads [][]byte
-		for _, q := range batch {
-			for _, ch := range q.channels {
-				channels = append(channels, ch)
-				payloads = append(payloads, q.payload)
-			}
-		}
-		// Not idempotent: a repeat could deliver twice.
-		err := r.do(ctx, "send", false, func(ctx context.Context) error {
-			return r.publishMany(ctx, channels, payloads)
-		})
-		cancel()
-		for _, q := range batch {
-			q.err = err
-			close(q.done)
-		}
+	}
+	// Not idempotent: a repeat could deliver twice.
+	err := r.do(ctx, "send", false, func(ctx context.Context) error {
+		return r.publishMany(ctx, channels, payloads)
+	})
+	for _, q := range batch {
+		q.err = err
+		close(q.done)
 	}
 }
 

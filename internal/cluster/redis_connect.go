@@ -6,14 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// connectBatch is the largest number of Connect scripts in one pipeline.
-const connectBatch = 256
 
 // connectReq is one Connect waiting for its batch.
 type connectReq struct {
@@ -26,52 +22,21 @@ type connectReq struct {
 	done  chan struct{}
 }
 
-// connectBatcher pipelines concurrent Connect calls: a call made while a
-// batch is in flight waits for the next one, so under a connect storm
-// hundreds of connects share a round trip, and a lone connect is sent at
-// once (no timer, no added latency).
-type connectBatcher struct {
-	mu      sync.Mutex
-	pending []*connectReq
-	running bool
-}
+// connectBatcher pipelines concurrent Connect calls: under a connect
+// storm hundreds of connects share a round trip.
+type connectBatcher struct{ batcher[*connectReq] }
 
 // Connect implements Backend with scriptConnect, pipelined across callers.
 func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
 	req := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt, done: make(chan struct{})}
-	b := &r.connects
-	b.mu.Lock()
-	b.pending = append(b.pending, req)
-	start := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if start {
-		go r.runConnects()
-	}
+	r.connects.add(req, r.connectBatch)
 	select {
 	case <-req.done:
 		return req.res, req.err
 	case <-ctx.Done():
 		return ConnectResult{}, fmt.Errorf("cluster: redis connect: %w", ctx.Err())
-	}
-}
-
-func (r *Redis) runConnects() {
-	b := &r.connects
-	for {
-		b.mu.Lock()
-		n := min(len(b.pending), connectBatch)
-		if n == 0 {
-			b.running = false
-			b.mu.Unlock()
-			return
-		}
-		batch := append([]*connectReq(nil), b.pending[:n]...)
-		b.pending = append(b.pending[:0], b.pending[n:]...)
-		b.mu.Unlock()
-		r.connectBatch(batch)
 	}
 }
 
