@@ -6,11 +6,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -18,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -40,8 +40,8 @@ var synthetic = map[string]string{"up": "set by Prometheus for every scrape targ
 // errors) is accepted when the gateway registers it, and logged.
 func TestReferencedMetricsExist(t *testing.T) {
 	refs := referencedMetrics(t)
-	bin := buildWsgate(t)
-	port := freePort(t)
+	bin := wsgatebin.Path(t)
+	port := wsgatebin.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	p := startDev(t, bin, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--message-rate", "1")
 	waitHTTP(t, p, base+"/readyz")
@@ -228,49 +228,8 @@ func post(t *testing.T, url, body string) {
 
 // ---- processes -----------------------------------------------------------------
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-func buildWsgate(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "wsgate-deploy-test-")
-		if buildErr != nil {
-			return
-		}
-		buildPath = filepath.Join(buildDir, "wsgate")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/wsgate/wsgate/cmd/wsgate")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/wsgate: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildPath
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	os.Exit(wsgatebin.Main(m))
 }
 
 type lockedBuffer struct {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 )
 
 // ---- demo page helpers ----------------------------------------------------------
@@ -187,7 +188,7 @@ func TestClusterFailoverAndDrain(t *testing.T) {
 	browser := newBrowser(t)
 	redis, redisProc := startRedis(t)
 
-	ports := []int{freePort(t), freePort(t), freePort(t)}
+	ports := []int{wsgatebin.FreePort(t), wsgatebin.FreePort(t), wsgatebin.FreePort(t)}
 	var origins []string
 	for _, p := range ports {
 		origins = append(origins, fmt.Sprintf("http://127.0.0.1:%d", p))

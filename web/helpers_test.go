@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
+
 	"github.com/chromedp/chromedp"
 )
 
@@ -28,43 +30,9 @@ import (
 // test run), redis-server and Chromium. They skip with -short, and when
 // Chromium (or, for the cluster test, redis-server) is not installed.
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	flag.Parse()
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// wsgateBinary builds ./cmd/wsgate once per test run into a temporary
-// directory and returns its path.
-func wsgateBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "wsgate-web-test-")
-		if buildErr != nil {
-			return
-		}
-		buildPath = filepath.Join(buildDir, "wsgate")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/wsgate/wsgate/cmd/wsgate")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/wsgate: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildPath
+	os.Exit(wsgatebin.Main(m))
 }
 
 // chromiumPath finds Chromium: $WSGATE_CHROMIUM, /usr/bin/chromium, or
@@ -84,17 +52,6 @@ func chromiumPath(t *testing.T) string {
 	}
 	t.Fatal("Chromium not found: run `make deps` (apt-get install -y chromium) or set WSGATE_CHROMIUM")
 	return ""
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // ---- processes ----------------------------------------------------------------
@@ -190,9 +147,9 @@ type node struct {
 // startDev runs `wsgate dev` on a free port and waits until it is ready.
 func startDev(t *testing.T) *node {
 	t.Helper()
-	port := freePort(t)
+	port := wsgatebin.FreePort(t)
 	n := &node{id: "dev1", port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	n.proc = start(t, "wsgate dev", []string{"WSGATE_NODE_ID=" + n.id}, wsgateBinary(t), "dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	n.proc = start(t, "wsgate dev", []string{"WSGATE_NODE_ID=" + n.id}, wsgatebin.Path(t), "dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
 	waitReady(t, n, 20*time.Second)
 	return n
 }
@@ -205,7 +162,7 @@ func startGateway(t *testing.T, id string, port int, env []string) *node {
 		"WSGATE_NODE_ID=" + id,
 		fmt.Sprintf("WSGATE_LISTEN=127.0.0.1:%d", port),
 	}, env...)
-	n.proc = start(t, "wsgate gateway "+id, env, wsgateBinary(t), "gateway")
+	n.proc = start(t, "wsgate gateway "+id, env, wsgatebin.Path(t), "gateway")
 	waitReady(t, n, 20*time.Second)
 	return n
 }
@@ -239,9 +196,9 @@ func startRedis(t *testing.T) (string, *proc) {
 	if err != nil {
 		t.Fatal("redis-server not found: run `make deps` (apt-get install -y redis-server)")
 	}
-	port := freePort(t)
+	port := wsgatebin.FreePort(t)
 	if port == 6379 {
-		port = freePort(t)
+		port = wsgatebin.FreePort(t)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	p := start(t, "redis-server", nil, path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",

@@ -20,6 +20,7 @@ import (
 
 	"github.com/wsgate/wsgate/client"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
+	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -69,10 +70,10 @@ func TestE2EScaleOutAndIn(t *testing.T) {
 		t.Log("-short: the end-to-end test still runs (it takes about half a minute)")
 	}
 	start := time.Now()
-	bin := wsgateBinary(t)
+	bin := wsgatebin.Path(t)
 	t.Logf("binary built in %s", time.Since(start).Round(time.Millisecond))
 	redis := redistest.Standalone(t, redistest.Options{})
-	asPort, allocPort := freePort(t), freePort(t)
+	asPort, allocPort := wsgatebin.FreePort(t), wsgatebin.FreePort(t)
 	basePort := freeRange(t, 3)
 	asURL := fmt.Sprintf("http://127.0.0.1:%d", asPort)
 	allocURL := fmt.Sprintf("http://127.0.0.1:%d", allocPort)

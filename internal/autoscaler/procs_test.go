@@ -8,71 +8,29 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 )
 
 // The end-to-end test runs real processes: the wsgate binary (built once
 // per test run, without the race detector), redis-server and the nodes the
 // autoscaler starts.
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	flag.Parse()
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// wsgateBinary builds ./cmd/wsgate once per test run.
-func wsgateBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "wsgate-autoscaler-test-")
-		if buildErr != nil {
-			return
-		}
-		buildPath = filepath.Join(buildDir, "wsgate")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/wsgate/wsgate/cmd/wsgate")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/wsgate: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildPath
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	os.Exit(wsgatebin.Main(m))
 }
 
 // freeRange returns the first of n consecutive free loopback ports.
 func freeRange(t *testing.T, n int) int {
 	t.Helper()
 	for range 100 {
-		base := freePort(t)
+		base := wsgatebin.FreePort(t)
 		if base+n > 65535 {
 			continue
 		}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
+
 	"go.uber.org/goleak"
 )
 
@@ -23,47 +24,15 @@ import (
 // `wsgate gateway` with a JWT secret and an API key) on a port the kernel
 // picks. They assert counts, never timings.
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
-
 // TestMain fails the package if a test leaves a goroutine behind, and
 // removes the binary.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
-		goleak.Cleanup(func(int) {
-			if buildDir != "" {
-				os.RemoveAll(buildDir)
-			}
-		}),
+		goleak.Cleanup(func(int) { wsgatebin.Cleanup() }),
 		// signal.NotifyContext in mainWith starts the runtime's signal
 		// loop, which never ends.
 		goleak.IgnoreTopFunction("os/signal.signal_recv"),
 	)
-}
-
-// wsgateBinary builds ./cmd/wsgate once per test run.
-func wsgateBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "wsgate-bench-test-")
-		if buildErr != nil {
-			return
-		}
-		buildPath = filepath.Join(buildDir, "wsgate")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/wsgate/wsgate/cmd/wsgate")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/wsgate: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildPath
 }
 
 // gateway is a wsgate process under test.
@@ -97,7 +66,7 @@ func (l *lockedBuffer) String() string {
 func startGateway(t *testing.T, cmdName string, env ...string) *gateway {
 	t.Helper()
 	g := &gateway{log: &lockedBuffer{}, done: make(chan struct{})}
-	g.cmd = exec.Command(wsgateBinary(t), cmdName, "--listen", "127.0.0.1:0")
+	g.cmd = exec.Command(wsgatebin.Path(t), cmdName, "--listen", "127.0.0.1:0")
 	g.cmd.Env = append(cleanEnv(), env...)
 	stderr, err := g.cmd.StderrPipe()
 	if err != nil {
