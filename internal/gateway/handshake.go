@@ -287,9 +287,12 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 		frames = append(frames, c.dataFrame(gap))
 	}
 	c.outq = append(frames, c.outq...)
+	// A connection opened with since=N gets only seq > N, also when N is
+	// above anything assigned yet (contract 4.3). After a data loss the
+	// node lowers it (recoverConnections).
 	base := rd.Acked
 	if hasSince {
-		base = min(since, rd.LastSeq)
+		base = since
 	}
 	c.lastSeq = max(base, rd.GapTo)
 	var held []*delivery

@@ -81,9 +81,11 @@ func TestResumeWithGapWhenTrimmed(t *testing.T) {
 		t.Fatalf("replay %v", got)
 	}
 	c3 := n.connect(t, "dave", "?since=9")
-	reliable(t, n, "dave", 7)
-	if got := seqs(t, c3, 7); len(got) != 1 || got[0] != 7 {
-		t.Fatalf("since above inbox_seq replays nothing, then live: %v", got)
+	for i := 7; i <= 10; i++ {
+		reliable(t, n, "dave", i)
+	}
+	if got := seqs(t, c3, 10); len(got) != 1 || got[0] != 10 {
+		t.Fatalf("since=9 above inbox_seq 6: nothing replayed, then only seq > 9: %v", got)
 	}
 }
 
@@ -142,4 +144,17 @@ func TestAckRightBeforeCloseTakesEffect(t *testing.T) {
 		rd, err := n.backend.ReadInbox(context.Background(), "quick", 0, n.inboxOpts())
 		return err == nil && rd.Acked == 5
 	})
+}
+
+// since above inbox_seq: nothing replayed, and no seq <= since later either.
+func TestSinceAboveInboxSeqHoldsForLiveMessages(t *testing.T) {
+	n := startNode(t, nil)
+	reliable(t, n, "zed", 1)
+	c := n.connect(t, "zed", "?since=3")
+	for i := 2; i <= 5; i++ {
+		reliable(t, n, "zed", i)
+	}
+	if got := seqs(t, c, 5); len(got) != 2 || got[0] != 4 {
+		t.Fatalf("since=3 got %v, want [4 5]", got)
+	}
 }
