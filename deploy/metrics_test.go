@@ -2,7 +2,6 @@ package deploy_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -232,33 +230,16 @@ func TestMain(m *testing.M) {
 	os.Exit(wsgatebin.Main(m))
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type devProc struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *wsgatebin.Buffer
 	done chan struct{}
 }
 
 // startDev runs `wsgate dev` with args; killed at cleanup.
 func startDev(t *testing.T, bin string, args ...string) *devProc {
 	t.Helper()
-	p := &devProc{out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &devProc{out: &wsgatebin.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"dev"}, args...)...)
 	p.cmd.Env = append(os.Environ(), "WSGATE_CONFIG=")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -17,7 +17,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,33 +59,16 @@ func chromiumPath(t *testing.T) string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *wsgatebin.Buffer
 	done chan struct{}
 	err  error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start runs a process until the test ends (then SIGKILL) and logs the end
 // of its output if the test failed.
 func start(t *testing.T, name string, env []string, path string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, out: &wsgatebin.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p.out

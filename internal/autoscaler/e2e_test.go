@@ -353,7 +353,7 @@ func TestE2EScaleOutAndIn(t *testing.T) {
 		reasons         []any
 	}
 	var acts []action
-	for _, l := range as.out.jsonLines() {
+	for _, l := range jsonLines(as.out) {
 		if l["msg"] != "decision" || l["action"] == "none" {
 			continue
 		}
@@ -414,7 +414,7 @@ type autoscalerStatus struct {
 // startedPIDs lists the pids of the nodes the autoscaler logged starting.
 func startedPIDs(as *proc) []int {
 	var pids []int
-	for _, l := range as.out.jsonLines() {
+	for _, l := range jsonLines(as.out) {
 		if l["msg"] == "local actuator: node started" {
 			if pid, ok := l["pid"].(float64); ok {
 				pids = append(pids, int(pid))

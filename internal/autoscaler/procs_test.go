@@ -1,7 +1,6 @@
 package autoscaler_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,25 +49,9 @@ func freeRange(t *testing.T, n int) int {
 	return 0
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // jsonLines returns the JSON objects among the output's lines.
-func (l *lockedBuffer) jsonLines() []map[string]any {
+// jsonLines decodes the JSON log lines of a process's output.
+func jsonLines(l *wsgatebin.Buffer) []map[string]any {
 	var out []map[string]any
 	for _, line := range strings.Split(l.String(), "\n") {
 		var m map[string]any
@@ -84,7 +66,7 @@ func (l *lockedBuffer) jsonLines() []map[string]any {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *wsgatebin.Buffer
 	done chan struct{}
 }
 
@@ -93,7 +75,7 @@ type proc struct {
 // is logged when the test failed.
 func startProc(t *testing.T, name, bin string, args, env []string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, out: &wsgatebin.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,25 +38,8 @@ func TestMain(m *testing.M) {
 type gateway struct {
 	cmd  *exec.Cmd
 	addr string // host:port it listens on
-	log  *lockedBuffer
+	log  *wsgatebin.Buffer
 	done chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startGateway runs `wsgate <cmd> --listen 127.0.0.1:0` with env and
@@ -65,7 +47,7 @@ func (l *lockedBuffer) String() string {
 // stopped (SIGTERM, then SIGKILL) when the test ends.
 func startGateway(t *testing.T, cmdName string, env ...string) *gateway {
 	t.Helper()
-	g := &gateway{log: &lockedBuffer{}, done: make(chan struct{})}
+	g := &gateway{log: &wsgatebin.Buffer{}, done: make(chan struct{})}
 	g.cmd = exec.Command(wsgatebin.Path(t), cmdName, "--listen", "127.0.0.1:0")
 	g.cmd.Env = append(cleanEnv(), env...)
 	stderr, err := g.cmd.StderrPipe()
