@@ -700,3 +700,20 @@ func TestNewValidates(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// After the cluster lost its state its seqs start again: a welcome whose
+// inbox_seq (2) is below the client's resume point (40) lowers it to 2, so
+// that seq 3 onwards is not taken for duplicates.
+func TestResumePointFollowsLowerInboxSeq(t *testing.T) {
+	srv := newServer(t, serverOpts{inboxSeq: 2, script: func(sc *serverConn) {
+		sc.messages(2, 3, 4)
+	}})
+	ev := newEvents()
+	cfg := baseConfig(srv.URL, ev)
+	since := int64(40)
+	cfg.Since = &since
+	start(t, cfg)
+	if got := ev.seqs(t, 2); !slices.Equal(got, []int64{3, 4}) {
+		t.Errorf("delivered %v after a welcome with inbox_seq 2 and since 40, want [3 4]", got)
+	}
+}

@@ -52,6 +52,9 @@ type serverOpts struct {
 	script func(sc *serverConn)
 	// respond answers a join/leave/publish; nil = reply ok.
 	respond func(sc *serverConn, cf *protocol.ClientFrame)
+	// inboxSeq is the welcome's inbox_seq; 0 = 1,000,000 (a user with a
+	// long history, so that it never lowers the client's resume point).
+	inboxSeq int64
 }
 
 type testServer struct {
@@ -150,7 +153,11 @@ func (s *testServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if user == "" {
 		user = "alice"
 	}
-	sc.send(&protocol.Welcome{Type: protocol.TypeWelcome, ConnID: "c" + strconv.FormatInt(n, 10), Node: s.opts.node, User: user, PingIntervalMS: 25000})
+	inboxSeq := s.opts.inboxSeq
+	if inboxSeq == 0 {
+		inboxSeq = 1_000_000
+	}
+	sc.send(&protocol.Welcome{Type: protocol.TypeWelcome, ConnID: "c" + strconv.FormatInt(n, 10), Node: s.opts.node, User: user, PingIntervalMS: 25000, InboxSeq: inboxSeq})
 	s.conns <- sc
 	s.wg.Add(1)
 	go sc.readLoop()

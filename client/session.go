@@ -64,6 +64,16 @@ func (c *Client) serve(ctx context.Context, conn *Conn, w *Welcome) sessionResul
 		pings:   make(map[float64]chan error),
 	}
 	c.st.connects.Add(1)
+	// The server never assigned a seq above inbox_seq: a higher resume
+	// point means the cluster lost its state (Redis without persistence)
+	// and its seqs start again; follow it, or new messages would be taken
+	// for duplicates.
+	c.seqMu.Lock()
+	if c.hasSeq && w.InboxSeq < c.lastSeq {
+		c.lastSeq = w.InboxSeq
+		c.ackedSeq = min(c.ackedSeq, w.InboxSeq)
+	}
+	c.seqMu.Unlock()
 	c.log.Info("wsgate client: connected", "url", w.URL, "node", w.Node, "conn", w.ConnID, "user", w.User, "inbox_seq", w.InboxSeq)
 	c.setSession(s)
 	c.emitState(StateConnected, nil)
