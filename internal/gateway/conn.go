@@ -70,6 +70,7 @@ type conn struct {
 	rbuf []byte    // unparsed inbound bytes (a split frame); reader only
 	frag *fragment // a fragmented message being assembled; reader only
 	x    *connExtra
+	fb   *flushBatch // set while a large fan-out queues on this connection
 
 	connectedAt  int64 // Unix ms
 	lastRead     int64 // Unix s; loop goroutine writes, sweep reads (atomic not needed: a stale value only delays a ping)
@@ -179,6 +180,10 @@ func (c *conn) kickLocked() {
 // scheduleWriteLocked makes a writer own the connection's output.
 func (c *conn) scheduleWriteLocked() {
 	c.writing = true
+	if c.fb != nil && c.tlsc == nil {
+		c.fb.conns = append(c.fb.conns, c) // flushed with the whole fan-out
+		return
+	}
 	if c.tlsc != nil {
 		c.tlsc.wakeWriter()
 		return
