@@ -32,10 +32,8 @@ func TakeFD(c net.Conn) (int, error) {
 	if derr != nil {
 		return -1, fmt.Errorf("netpoll: dup: %w", derr)
 	}
-	if err := unix.SetNonblock(nfd, true); err != nil {
-		unix.Close(nfd)
-		return -1, err
-	}
+	// O_NONBLOCK lives on the open file description, which the duplicate
+	// shares with the runtime's descriptor: no fcntl needed.
 	c.Close()
 	return nfd, nil
 }

@@ -1,6 +1,7 @@
 package netpoll
 
 import (
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +101,35 @@ func TestReadableEventsAndStaleTokens(t *testing.T) {
 	}
 	if tok.loop.lookup(tok.slot, tok.gen) != nil {
 		t.Fatal("stale token still resolves")
+	}
+}
+
+func TestTakeFDKeepsTheSocketNonBlocking(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String()) // completes in the listen backlog
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := TakeFD(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil || flags&unix.O_NONBLOCK == 0 {
+		t.Fatalf("flags %x, err %v: the taken descriptor must be non-blocking", flags, err)
+	}
+	var buf [8]byte
+	if _, err := unix.Read(fd, buf[:]); err != unix.EAGAIN {
+		t.Fatalf("read on an idle socket: %v, want EAGAIN", err)
 	}
 }
