@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 )
 
@@ -49,4 +50,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// Backoff is the delay before reconnect number attempt (from 0) with the
+// clients' policy: full jitter, uniform in [0, min(hi, lo*2^attempt)].
+// Exported for load generators that reconnect on their own.
+func Backoff(attempt int, lo, hi time.Duration) time.Duration {
+	return backoff(attempt, lo, hi, rand.Int64N)
 }

@@ -159,15 +159,9 @@ func failureReason(err error) string {
 	return "other"
 }
 
-// backoffDelay is the client's reconnect delay (client.Config): full
-// jitter, uniform in [0, min(30s, 1s*2^attempt)].
+// backoffDelay is the client's reconnect delay (client.Config defaults).
 func backoffDelay(attempt int) time.Duration {
-	c := client.DefaultMinBackoff
-	for i := 0; i < attempt && c < client.DefaultMaxBackoff; i++ {
-		c *= 2
-	}
-	c = min(c, client.DefaultMaxBackoff)
-	return time.Duration(rand.Int64N(int64(c) + 1))
+	return client.Backoff(attempt, client.DefaultMinBackoff, client.DefaultMaxBackoff)
 }
 
 // quickDelay is the client's delay for "reconnect now" (close 4001):
