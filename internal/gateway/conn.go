@@ -51,14 +51,15 @@ type conn struct {
 	n  *Node
 	mu sync.Mutex
 
-	fd      int    // the socket, owned by the event loop (-1 with TLS)
-	tlsc    *tlsIO // TLS connections only
-	token   netpoll.Token
-	state   uint8
-	writing bool // a writer owns the socket's output (in the pool or writing)
-	waitOut bool // a short write left wbuf; waiting for EPOLLOUT
-	format  protocol.Format
-	running bool // an inbound goroutine is processing inq
+	fd       int    // the socket, owned by the event loop (-1 with TLS)
+	tlsc     *tlsIO // TLS connections only
+	token    netpoll.Token
+	state    uint8
+	writing  bool // a writer owns the socket's output (in the pool or writing)
+	waitOut  bool // a short write left wbuf; waiting for EPOLLOUT
+	format   protocol.Format
+	running  bool // an inbound goroutine is processing inq
+	preamble bool // outq[0] is the 101 answer, not sent yet (own accept path)
 
 	idSeq  uint64 // the connection id is the node's prefix and this (see connID)
 	user   string

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gobwas/ws"
+	"golang.org/x/sys/unix"
 
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -30,17 +32,41 @@ var upgrader = ws.HTTPUpgrader{
 	Protocol: func(p string) bool { return p == subprotocol },
 }
 
-// refuse answers a handshake before the upgrade (contract §3).
-func (n *Node) refuse(w http.ResponseWriter, status int, code, reason, msg string, retryAfter time.Duration) {
-	n.metrics.HandshakeRejected.WithLabelValues(reason).Inc()
-	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-		secs := int((retryAfter + time.Second - 1) / time.Second)
-		if secs < 1 {
-			secs = 1
-		}
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
+// refusal is a handshake answered before the upgrade (contract §3).
+type refusal struct {
+	status     int
+	code       string // the error code in the body
+	reason     string // the metric label
+	msg        string
+	retryAfter time.Duration
+}
+
+func refuseWith(status int, code, msg string) *refusal {
+	return &refusal{status: status, code: code, reason: code, msg: msg}
+}
+
+// retryAfterSecs is the Retry-After value of a 429 or 503 refusal (0: none).
+func (f *refusal) retryAfterSecs() int {
+	if f.status != http.StatusTooManyRequests && f.status != http.StatusServiceUnavailable {
+		return 0
 	}
-	writeError(w, status, code, msg)
+	return max(1, int((f.retryAfter+time.Second-1)/time.Second))
+}
+
+func (f *refusal) body() []byte {
+	b, _ := json.Marshal(map[string]protocol.ErrorBody{"error": {Code: f.code, Message: f.msg}})
+	return append(b, '\n')
+}
+
+// refuse answers a handshake through net/http.
+func (n *Node) refuse(w http.ResponseWriter, f *refusal) {
+	n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
+	if s := f.retryAfterSecs(); s > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(s))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(f.status)
+	w.Write(f.body())
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
@@ -68,15 +94,31 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
-// tokenFrom reads the client token: Authorization header, then a
-// bearer.<jwt> subprotocol entry, then the token query parameter.
-func (n *Node) tokenFrom(r *http.Request) string {
-	if a := r.Header.Get("Authorization"); a != "" {
-		if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-			return strings.TrimSpace(a[7:])
-		}
+// wsRequest is what a handshake is judged on, read by net/http (serveWS)
+// or by the node's own accept path (accept.go).
+type wsRequest struct {
+	ip        string
+	query     url.Values
+	origin    string
+	host      string
+	authz     string   // the Authorization header
+	protocols []string // the Sec-WebSocket-Protocol headers
+}
+
+func requestOf(r *http.Request) wsRequest {
+	return wsRequest{
+		ip: clientIP(r), query: r.URL.Query(), origin: r.Header.Get("Origin"), host: r.Host,
+		authz: r.Header.Get("Authorization"), protocols: r.Header.Values("Sec-WebSocket-Protocol"),
 	}
-	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+}
+
+// token reads the client token: Authorization header, then a
+// bearer.<jwt> subprotocol entry, then the token query parameter.
+func (n *Node) token(req *wsRequest) string {
+	if a := req.authz; len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	for _, v := range req.protocols {
 		for _, p := range strings.Split(v, ",") {
 			if p = strings.TrimSpace(p); strings.HasPrefix(p, "bearer.") {
 				return p[len("bearer."):]
@@ -84,7 +126,7 @@ func (n *Node) tokenFrom(r *http.Request) string {
 		}
 	}
 	if n.cfg.AllowQueryToken {
-		return r.URL.Query().Get("token")
+		return req.query.Get("token")
 	}
 	return ""
 }
@@ -97,76 +139,123 @@ func clientIP(r *http.Request) string {
 	return host
 }
 
-// serveWS runs every check of contract §3 before the upgrade, then hands
-// the socket to the event loop.
-func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
-	if !isUpgrade(r) {
-		n.refuse(w, http.StatusBadRequest, "bad_request", "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)", 0)
-		return
-	}
+// admission is an accepted handshake's parameters. It holds one slot of
+// the per-IP connection limit until the connection takes it over or
+// release is called.
+type admission struct {
+	ip       string
+	claims   *auth.Claims
+	format   protocol.Format
+	since    int64
+	hasSince bool
+}
+
+// admit runs the checks of contract §3 that need no backend call, in the
+// contract's order. On success the caller owns an IP slot (see admission).
+func (n *Node) admit(req *wsRequest) (admission, *refusal) {
+	a := admission{ip: req.ip}
 	if !n.Ready() {
-		n.refuse(w, http.StatusServiceUnavailable, "unavailable", "unavailable", "node not accepting connections ("+n.notReadyReason()+")", 5*time.Second)
-		return
+		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node not accepting connections ("+n.notReadyReason()+")")
+		f.retryAfter = 5 * time.Second
+		return a, f
 	}
-	if !n.origins.Allow(r) {
-		n.refuse(w, http.StatusForbidden, "origin_forbidden", "origin_forbidden", "Origin "+r.Header.Get("Origin")+" is not allowed", 0)
-		return
+	if !n.origins.AllowOrigin(req.origin, req.host) {
+		return a, refuseWith(http.StatusForbidden, "origin_forbidden", "Origin "+req.origin+" is not allowed")
 	}
-	ip := clientIP(r)
-	if ok, after := n.hsLimiter.Allow(ip, time.Now()); !ok {
-		n.refuse(w, http.StatusTooManyRequests, "rate_limited", "rate_limited", "too many handshakes from "+ip, after)
-		return
+	if ok, after := n.hsLimiter.Allow(req.ip, time.Now()); !ok {
+		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many handshakes from "+req.ip)
+		f.retryAfter = after
+		return a, f
 	}
-	q := r.URL.Query()
-	format, err := protocol.ParseFormat(q.Get("format"))
-	if err != nil {
-		n.refuse(w, http.StatusBadRequest, "bad_request", "bad_request", err.Error(), 0)
-		return
+	var err error
+	if a.format, err = protocol.ParseFormat(req.query.Get("format")); err != nil {
+		return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
 	}
-	since, hasSince := int64(0), false
-	if s := q.Get("since"); s != "" {
+	if s := req.query.Get("since"); s != "" {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || v < 0 {
-			n.refuse(w, http.StatusBadRequest, "bad_request", "bad_request", "since must be a non-negative integer, got "+strconv.Quote(s), 0)
-			return
+			return a, refuseWith(http.StatusBadRequest, "bad_request", "since must be a non-negative integer, got "+strconv.Quote(s))
 		}
-		since, hasSince = v, true
+		a.since, a.hasSince = v, true
 	}
-	claims, err := n.authenticate(r)
-	if err != nil {
-		n.refuse(w, http.StatusUnauthorized, "unauthorized", "unauthorized", err.Error(), 0)
-		return
+	if a.claims, err = n.authenticate(req); err != nil {
+		return a, refuseWith(http.StatusUnauthorized, "unauthorized", err.Error())
 	}
-	if !n.ipConns.Acquire(ip) {
-		n.refuse(w, http.StatusTooManyRequests, "rate_limited", "conn_limit", "too many connections from "+ip, 5*time.Second)
-		return
+	if !n.ipConns.Acquire(req.ip) {
+		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many connections from "+req.ip)
+		f.reason, f.retryAfter = "conn_limit", 5*time.Second
+		return a, f
 	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			n.ipConns.Release(ip)
-		}
-	}
-	if max := n.cfg.MaxConnsPerUser; max > 0 {
-		ctx, cancel := n.bctx(r.Context())
-		routes, err := n.backend.UserRoutes(ctx, claims.Subject)
-		cancel()
-		if err != nil {
-			release()
-			n.refuse(w, http.StatusServiceUnavailable, "unavailable", "unavailable", "cluster backend unavailable", 5*time.Second)
-			return
-		}
-		if len(routes) >= max && n.cfg.DevicePolicy != config.DeviceSingle {
-			release()
-			n.refuse(w, http.StatusTooManyRequests, "rate_limited", "conn_limit", "user "+claims.Subject+" has too many connections", 5*time.Second)
-			return
-		}
-	}
+	return a, nil
+}
 
+func (n *Node) release(a *admission) { n.ipConns.Release(a.ip) }
+
+// checkUserLimit applies WSGATE_MAX_CONNS_PER_USER (a backend read).
+func (n *Node) checkUserLimit(ctx context.Context, user string) *refusal {
+	max := n.cfg.MaxConnsPerUser
+	if max <= 0 {
+		return nil
+	}
+	ctx, cancel := n.bctx(ctx)
+	routes, err := n.backend.UserRoutes(ctx, user)
+	cancel()
+	if err != nil {
+		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
+		f.retryAfter = 5 * time.Second
+		return f
+	}
+	if len(routes) >= max && n.cfg.DevicePolicy != config.DeviceSingle {
+		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "user "+user+" has too many connections")
+		f.reason, f.retryAfter = "conn_limit", 5*time.Second
+		return f
+	}
+	return nil
+}
+
+// newConn is the connection of an admitted handshake (not yet in the hub).
+func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
+	now := time.Now()
+	c := &conn{
+		n: n, fd: fd, tlsc: tlsc, format: a.format, idSeq: n.idSeq.Add(1), user: a.claims.Subject,
+		connectedAt: now.UnixMilli(), lastRead: now.Unix(),
+		nextPing: now.Add(n.cfg.PingInterval).Unix(),
+	}
+	if n.cfg.MaxConnsPerIP > 0 {
+		c.ip = a.ip // the connection releases its IP slot when it ends
+	}
+	if len(a.claims.Rooms) > 0 || len(a.claims.Pub) > 0 {
+		c.claims = a.claims
+	}
+	if !a.claims.ExpiresAt.IsZero() {
+		c.exp = a.claims.ExpiresAt.Unix()
+	}
+	n.metrics.ConnectionsTotal.Inc()
+	n.accepted.Add(1)
+	return c
+}
+
+// serveWS is the WebSocket endpoint through net/http: TLS listeners and
+// Handler() users. Plain listeners take the node's own accept path.
+func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
+	if !isUpgrade(r) {
+		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
+		return
+	}
+	req := requestOf(r)
+	a, f := n.admit(&req)
+	if f == nil {
+		if f = n.checkUserLimit(r.Context(), a.claims.Subject); f != nil {
+			n.release(&a)
+		}
+	}
+	if f != nil {
+		n.refuse(w, f)
+		return
+	}
 	netConn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
-		release()
+		n.release(&a)
 		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
 		return // gobwas has answered 400
 	}
@@ -182,36 +271,19 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		// writer goroutine (see tls.go).
 		tlsc = newTLSIO(tc)
 	} else if fd, err = netpoll.TakeFD(netConn); err != nil {
-		release()
+		n.release(&a)
 		netConn.Close()
 		n.log.Error("cannot take the socket into the event loop", "err", err)
 		return
 	}
-	c := &conn{
-		n: n, fd: fd, tlsc: tlsc, format: format, idSeq: n.idSeq.Add(1), user: claims.Subject,
-		connectedAt: time.Now().UnixMilli(), lastRead: time.Now().Unix(),
-		nextPing: time.Now().Add(n.cfg.PingInterval).Unix(),
-	}
-	if n.cfg.MaxConnsPerIP > 0 {
-		c.ip = ip // the connection releases its IP slot when it ends
-	}
-	if len(claims.Rooms) > 0 || len(claims.Pub) > 0 {
-		c.claims = claims
-	}
-	released = true
-	if !claims.ExpiresAt.IsZero() {
-		c.exp = claims.ExpiresAt.Unix()
-	}
-	n.metrics.ConnectionsTotal.Inc()
-	n.accepted.Add(1)
-	n.establish(c, ip, since, hasSince, initial)
+	n.establish(n.newConn(&a, fd, tlsc), a.ip, a.since, a.hasSince, initial)
 }
 
 // authenticate verifies the token (or, in insecure mode, takes ?user=).
-func (n *Node) authenticate(r *http.Request) (*auth.Claims, error) {
-	tok := n.tokenFrom(r)
+func (n *Node) authenticate(req *wsRequest) (*auth.Claims, error) {
+	tok := n.token(req)
 	if tok == "" && n.cfg.AuthInsecure {
-		user := r.URL.Query().Get("user")
+		user := req.query.Get("user")
 		if err := protocol.ValidName("user", user); err != nil {
 			return nil, errUnauthorized("insecure mode: the user query parameter is required (" + err.Error() + ")")
 		}
@@ -246,7 +318,16 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	fail := func(what string, err error) {
 		c.logger().Warn("connection setup failed", "step", what, "err", err)
 		c.mu.Lock()
-		c.closeWithReasonLocked(1011, "cluster backend unavailable")
+		if c.preamble && c.state == stResuming {
+			// The 101 has not gone out (own accept path): refuse instead.
+			f := refuseWith(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
+			f.retryAfter = 5 * time.Second
+			n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
+			_, _ = unix.Write(c.fd, f.response())
+			c.outq = nil
+		} else {
+			c.closeWithReasonLocked(1011, "cluster backend unavailable")
+		}
 		c.mu.Unlock()
 		c.teardown("setup failed")
 	}
@@ -286,7 +367,11 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 		gap, _ := protocol.Encode(c.format, protocol.Gap{Type: protocol.TypeGap, From: from, To: rd.GapTo, Missed: rd.GapTo - from + 1})
 		frames = append(frames, c.dataFrame(gap))
 	}
-	c.outq = append(frames, c.outq...)
+	head := 0
+	if c.preamble { // the 101 answer stays first
+		head, c.preamble = 1, false
+	}
+	c.outq = slices.Concat(c.outq[:head], frames, c.outq[head:])
 	// A connection opened with since=N gets only seq > N, also when N is
 	// above anything assigned yet (contract 4.3). After a data loss the
 	// node lowers it (recoverConnections).
@@ -329,6 +414,14 @@ func (c *conn) startReading() {
 	if c.tlsc != nil {
 		c.n.goFunc(c.tlsReader)
 		c.n.goFunc(c.tlsWriter)
+		return
+	}
+	if c.token.Registered() {
+		// Own accept path: the socket is registered already; from now on
+		// its events go to the connection.
+		if err := c.n.poller.Rebind(c.fd, c.token, c); err != nil {
+			c.teardownLocked("rebind: " + err.Error())
+		}
 		return
 	}
 	tok, err := c.n.poller.Register(c.fd, c)

@@ -35,6 +35,11 @@ type testNode struct {
 
 func startNode(t *testing.T, mutate func(*config.Gateway)) *testNode {
 	t.Helper()
+	return startNodeWith(t, cluster.NewMemory(), mutate)
+}
+
+func startNodeWith(t *testing.T, backend cluster.Backend, mutate func(*config.Gateway)) *testNode {
+	t.Helper()
 	cfg := new(config.Gateway)
 	if err := config.NewGatewaySet(cfg).Load(nil, func(string) (string, bool) { return "", false }); err != nil {
 		t.Fatal(err)
@@ -55,7 +60,7 @@ func startNode(t *testing.T, mutate func(*config.Gateway)) *testNode {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	n, err := New(*cfg, cluster.NewMemory(), nil, nil)
+	n, err := New(*cfg, backend, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,8 +71,9 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mux *http.ServeMux
-	srv *http.Server
+	mux      *http.ServeMux
+	srv      *http.Server
+	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
 }
 
 // New builds a node from a validated configuration; backend is the
@@ -181,11 +182,17 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 // Serve accepts HTTP on ln until Shutdown (also when Shutdown came first).
+// A plain TCP listener is served by the node's own accept path (see
+// accept.go); a TLS one, or any other kind, by net/http alone.
 func (n *Node) Serve(ln net.Listener) error {
 	var err error
-	if n.cfg.TLSCertFile != "" {
+	_, isTCP := ln.(*net.TCPListener)
+	switch {
+	case n.cfg.TLSCertFile != "":
 		err = n.srv.ServeTLS(ln, n.cfg.TLSCertFile, n.cfg.TLSKeyFile)
-	} else {
+	case isTCP:
+		err = n.serveOwn(ln)
+	default:
 		err = n.srv.Serve(ln)
 	}
 	if errors.Is(err, http.ErrServerClosed) {

@@ -31,6 +31,9 @@ func (n *Node) sweepLoop() {
 		case <-t.C:
 		}
 		now := time.Now().Unix()
+		if a := n.acceptor.Load(); a != nil {
+			a.expire(now)
+		}
 		for _, c := range n.hub.all() {
 			n.sweepOne(c, now, interval, pongTimeout)
 		}

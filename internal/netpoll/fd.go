@@ -2,18 +2,19 @@ package netpoll
 
 import (
 	"fmt"
-	"net"
+	"io"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// TakeFD moves a connected socket out of the Go runtime: it duplicates
-// the descriptor (close-on-exec, still non-blocking, since the flag lives
-// on the shared file description) and closes c, so the runtime's poller
-// forgets it and only this package's loop watches it. The caller owns the
-// returned descriptor and closes it with unix.Close.
-func TakeFD(c net.Conn) (int, error) {
+// TakeFD moves a socket (a net.Conn or a net.Listener) out of the Go
+// runtime: it duplicates the descriptor (close-on-exec, still
+// non-blocking, since the flag lives on the shared file description) and
+// closes c, so the runtime's poller forgets it and only this package's
+// loop watches it. The caller owns the returned descriptor and closes it
+// with unix.Close.
+func TakeFD(c io.Closer) (int, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return -1, fmt.Errorf("netpoll: %T has no descriptor", c)

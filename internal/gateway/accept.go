@@ -1,0 +1,489 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gobwas/ws"
+	"golang.org/x/sys/unix"
+
+	"github.com/wsgate/wsgate/internal/netpoll"
+)
+
+// The node's own accept path, for plain TCP listeners.
+//
+// A WebSocket handshake through net/http costs a goroutine with a grown
+// stack, a parsed http.Request, a hijack and about ten system calls; on
+// this path it costs accept4, one epoll registration, one read and one
+// write. The listening socket is watched by the event loop: the loop
+// accepts, registers the socket, reads the request into its shared buffer
+// and parses it in place (gobwas' zero-copy upgrader). A GET /ws is judged
+// right there (every check of contract §3 that needs no backend call);
+// the backend step runs on a short-lived goroutine, and the 101 answer
+// leaves in one write with the welcome. Any other request (the API,
+// metrics, the console) is handed to net/http with the bytes already
+// read, on a connection of its own.
+//
+// TLS listeners keep net/http for everything (see tls.go).
+
+const (
+	maxRequestHeader = 16 << 10         // bytes of request line and headers
+	handshakeTimeout = 10 * time.Second // to send a whole request
+)
+
+// acceptor owns the listening socket. As a net.Listener it yields the
+// connections that are not WebSocket handshakes, for http.Server.Serve.
+type acceptor struct {
+	n    *Node
+	addr net.Addr
+
+	mu       sync.Mutex
+	fd       int // -1 once closed
+	tok      netpoll.Token
+	lastWarn time.Time
+
+	pendMu  sync.Mutex
+	pending map[*hsConn]struct{} // accepted, request not complete yet
+
+	conns     chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// serveOwn serves ln (a *net.TCPListener) through the own accept path.
+func (n *Node) serveOwn(ln net.Listener) error {
+	addr := ln.Addr()
+	fd, err := netpoll.TakeFD(ln)
+	if err != nil {
+		return err
+	}
+	// Accepted sockets inherit TCP_NODELAY from the listener. With
+	// TCP_DEFER_ACCEPT the kernel hands over a connection once its first
+	// bytes (the request) have arrived: accept and read take one wakeup,
+	// and a client that connects and sends nothing costs no descriptor.
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("listener: TCP_NODELAY: %w", err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, int(handshakeTimeout/time.Second))
+	a := &acceptor{
+		n: n, addr: addr, fd: fd, pending: map[*hsConn]struct{}{},
+		conns: make(chan net.Conn, 256), done: make(chan struct{}),
+	}
+	a.mu.Lock()
+	a.tok, err = n.poller.Register(fd, a)
+	a.mu.Unlock()
+	if err != nil {
+		unix.Close(fd)
+		return err
+	}
+	n.acceptor.Store(a)
+	err = n.srv.Serve(a)
+	a.Close() // also when Shutdown came before Serve
+	return err
+}
+
+// OnReadable accepts every pending connection (the listener is
+// edge-triggered).
+func (a *acceptor) OnReadable(buf []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.fd >= 0 {
+		fd, sa, err := unix.Accept4(a.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		switch err {
+		case nil:
+			a.open(fd, sockaddrIP(sa), buf)
+		case unix.EINTR, unix.ECONNABORTED:
+		case unix.EAGAIN:
+			return
+		default:
+			// Out of descriptors or memory: the connections wait in the
+			// backlog. No new edge may come for them, so look again soon.
+			if now := time.Now(); now.Sub(a.lastWarn) >= 10*time.Second {
+				a.lastWarn = now
+				a.n.log.Warn("accept failed; retrying every 100ms", "err", err)
+			}
+			a.n.metrics.HandshakeRejected.WithLabelValues("accept_failed").Inc()
+			time.AfterFunc(100*time.Millisecond, a.rearm)
+			return
+		}
+	}
+}
+
+func (a *acceptor) OnWritable() {}
+
+func (a *acceptor) rearm() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fd >= 0 {
+		_ = a.n.poller.Rearm(a.fd, a.tok)
+	}
+}
+
+// open registers an accepted socket and reads what it sent (usually the
+// whole request: see TCP_DEFER_ACCEPT); the rest comes with its events.
+// buf is the calling loop's read buffer.
+func (a *acceptor) open(fd int, ip string, buf []byte) {
+	h := &hsConn{a: a, fd: fd, ip: ip, started: time.Now().Unix()}
+	h.mu.Lock() // events may reach h before Register returns
+	defer h.mu.Unlock()
+	tok, err := a.n.poller.Register(fd, h)
+	if err != nil {
+		h.done = true
+		unix.Close(fd)
+		return
+	}
+	h.tok = tok
+	a.pendMu.Lock()
+	a.pending[h] = struct{}{}
+	a.pendMu.Unlock()
+	h.readLocked(buf)
+}
+
+// expire closes the sockets that have not sent a whole request within
+// handshakeTimeout (the sweep calls it once a second).
+func (a *acceptor) expire(now int64) {
+	var old []*hsConn
+	a.pendMu.Lock()
+	for h := range a.pending {
+		if now-h.started >= int64(handshakeTimeout/time.Second) {
+			old = append(old, h)
+		}
+	}
+	a.pendMu.Unlock()
+	for _, h := range old {
+		h.mu.Lock()
+		if !h.done {
+			h.closeLocked()
+		}
+		h.mu.Unlock()
+	}
+}
+
+// Accept, Close and Addr make the acceptor net/http's listener.
+func (a *acceptor) Accept() (net.Conn, error) {
+	select {
+	case c := <-a.conns:
+		return c, nil
+	case <-a.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops accepting and closes the handshakes not finished.
+func (a *acceptor) Close() error {
+	a.closeOnce.Do(func() {
+		close(a.done)
+		a.mu.Lock()
+		a.n.poller.Unregister(a.fd, a.tok)
+		unix.Close(a.fd)
+		a.fd = -1
+		a.mu.Unlock()
+		a.expire(1 << 62)
+	})
+	return nil
+}
+
+func (a *acceptor) Addr() net.Addr { return a.addr }
+
+// handOff gives a connection to net/http without blocking the loop.
+func (a *acceptor) handOff(c net.Conn) {
+	select {
+	case a.conns <- c:
+		return
+	case <-a.done:
+		c.Close()
+		return
+	default:
+	}
+	go func() {
+		select {
+		case a.conns <- c:
+		case <-a.done:
+			c.Close()
+		}
+	}()
+}
+
+func sockaddrIP(sa unix.Sockaddr) string {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrFrom4(sa.Addr).String()
+	case *unix.SockaddrInet6:
+		return netip.AddrFrom16(sa.Addr).Unmap().String()
+	}
+	return ""
+}
+
+// hsConn is an accepted socket until its request is read.
+type hsConn struct {
+	a       *acceptor
+	fd      int
+	ip      string
+	started int64 // Unix s
+
+	mu   sync.Mutex
+	tok  netpoll.Token
+	buf  []byte // a request split over several reads
+	done bool   // judged, handed on or closed: events are ignored
+}
+
+var headerEnd = []byte("\r\n\r\n")
+
+func (h *hsConn) OnReadable(buf []byte) {
+	h.mu.Lock()
+	h.readLocked(buf)
+	h.mu.Unlock()
+}
+
+func (h *hsConn) readLocked(buf []byte) {
+	for !h.done {
+		n, err := unix.Read(h.fd, buf)
+		switch {
+		case n > 0:
+			data := buf[:n]
+			if len(h.buf) > 0 {
+				h.buf = append(h.buf, data...)
+				data = h.buf
+			}
+			if end := bytes.Index(data, headerEnd); end >= 0 {
+				h.finishLocked(data[:end+4], data[end+4:])
+				return
+			}
+			if len(data) > maxRequestHeader {
+				h.refuseLocked(refuseWith(http.StatusRequestHeaderFieldsTooLarge, "bad_request", "request headers larger than 16 KiB"))
+				return
+			}
+			if len(h.buf) == 0 {
+				h.buf = append([]byte(nil), data...)
+			}
+			if n < len(buf) {
+				return // drained; the rest comes with a new edge
+			}
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			return
+		default: // EOF or error
+			h.closeLocked()
+			return
+		}
+	}
+}
+
+func (h *hsConn) OnWritable() {}
+
+// finishLocked takes a whole request: a GET /ws is judged here, anything
+// else goes to net/http. req and rest may be the loop's buffer.
+func (h *hsConn) finishLocked(req, rest []byte) {
+	h.markDoneLocked()
+	if !isWSRequestLine(req) {
+		h.handOffLocked(append(append([]byte(nil), req...), rest...))
+		return
+	}
+	n := h.a.n
+	r, resp, err := parseUpgrade(req)
+	if err != nil {
+		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
+		h.writeCloseLocked(refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)").response())
+		return
+	}
+	r.ip = h.ip
+	adm, f := n.admit(&r)
+	if f != nil {
+		h.refuseLocked(f)
+		return
+	}
+	initial := append([]byte(nil), rest...)
+	fd, tok := h.fd, h.tok
+	h.fd = -1
+	// The socket now belongs to the connection being set up; this
+	// handler ignores its events until the connection takes them over
+	// (conn.startReading).
+	go n.establishOwn(fd, tok, adm, resp, initial)
+}
+
+// establishOwn runs the backend step of an admitted handshake and sends
+// the 101 with the welcome.
+func (n *Node) establishOwn(fd int, tok netpoll.Token, a admission, resp, initial []byte) {
+	if f := n.checkUserLimit(n.ctx, a.claims.Subject); f != nil {
+		n.release(&a)
+		n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
+		_, _ = unix.Write(fd, f.response())
+		n.poller.Unregister(fd, tok)
+		unix.Close(fd)
+		return
+	}
+	c := n.newConn(&a, fd, nil)
+	c.token = tok
+	c.outq = [][]byte{resp}
+	c.preamble = true
+	n.establish(c, a.ip, a.since, a.hasSince, initial)
+}
+
+func (h *hsConn) markDoneLocked() {
+	h.done = true
+	h.buf = nil
+	h.a.pendMu.Lock()
+	delete(h.a.pending, h)
+	h.a.pendMu.Unlock()
+}
+
+func (h *hsConn) refuseLocked(f *refusal) {
+	h.a.n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
+	h.writeCloseLocked(f.response())
+}
+
+// writeCloseLocked sends a short answer (the socket's buffer is empty, so
+// it is taken whole) and closes.
+func (h *hsConn) writeCloseLocked(resp []byte) {
+	_, _ = unix.Write(h.fd, resp)
+	h.closeLocked()
+}
+
+func (h *hsConn) closeLocked() {
+	if h.fd < 0 {
+		return
+	}
+	h.markDoneLocked()
+	h.a.n.poller.Unregister(h.fd, h.tok)
+	unix.Close(h.fd)
+	h.fd = -1
+}
+
+// handOffLocked gives the socket to net/http with the bytes read so far.
+func (h *hsConn) handOffLocked(read []byte) {
+	h.a.n.poller.Unregister(h.fd, h.tok)
+	f := os.NewFile(uintptr(h.fd), "")
+	h.fd = -1
+	c, err := net.FileConn(f) // a duplicate, in the runtime's poller
+	f.Close()
+	if err != nil {
+		h.a.n.log.Warn("cannot hand a connection to the HTTP server", "err", err)
+		return
+	}
+	h.a.handOff(&prefixConn{Conn: c, pre: read})
+}
+
+// isWSRequestLine reports whether req starts with "GET /ws " or "GET /ws?".
+func isWSRequestLine(req []byte) bool {
+	const p = "GET /ws"
+	return len(req) > len(p) && string(req[:len(p)]) == p && (req[len(p)] == ' ' || req[len(p)] == '?')
+}
+
+// parseUpgrade checks a WebSocket upgrade request with gobwas' zero-copy
+// upgrader and returns what the checks need and the 101 answer (not sent).
+func parseUpgrade(req []byte) (wsRequest, []byte, error) {
+	var r wsRequest
+	var qerr error
+	u := ws.Upgrader{
+		OnRequest: func(uri []byte) error {
+			if _, q, ok := bytes.Cut(uri, []byte{'?'}); ok {
+				r.query, qerr = url.ParseQuery(string(q))
+			}
+			return nil
+		},
+		OnHost: func(host []byte) error {
+			r.host = string(host)
+			return nil
+		},
+		OnHeader: func(k, v []byte) error {
+			switch string(k) { // canonical form
+			case "Origin":
+				r.origin = string(v)
+			case "Authorization":
+				r.authz = string(v)
+			}
+			return nil
+		},
+		// Only wsgate.v1 is ever selected; a bearer.<jwt> entry is read
+		// for the token and never echoed back.
+		ProtocolCustom: func(v []byte) (string, bool) {
+			r.protocols = append(r.protocols, string(v))
+			for p := range bytes.SplitSeq(v, []byte{','}) {
+				if string(bytes.TrimSpace(p)) == subprotocol {
+					return subprotocol, true
+				}
+			}
+			return "", true
+		},
+	}
+	rw := &memRW{in: req}
+	if _, err := u.Upgrade(rw); err != nil {
+		return r, nil, err
+	}
+	if qerr != nil {
+		return r, nil, qerr
+	}
+	if r.query == nil {
+		r.query = url.Values{}
+	}
+	return r, rw.out, nil
+}
+
+// memRW feeds a request to the upgrader and keeps its answer.
+type memRW struct {
+	in  []byte
+	out []byte
+}
+
+func (m *memRW) Read(p []byte) (int, error) {
+	if len(m.in) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, m.in)
+	m.in = m.in[n:]
+	return n, nil
+}
+
+func (m *memRW) Write(p []byte) (int, error) {
+	m.out = append(m.out, p...)
+	return len(p), nil
+}
+
+// prefixConn is a connection handed to net/http with the bytes the
+// accept path read already.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// SyscallConn lets a hijacked connection (a WebSocket handshake that came
+// on a kept-alive HTTP connection) move into the event loop.
+func (c *prefixConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("%T has no descriptor", c.Conn)
+	}
+	return sc.SyscallConn()
+}
+
+// response is the whole HTTP answer of a refusal.
+func (f *refusal) response() []byte {
+	body := f.body()
+	b := make([]byte, 0, 160+len(body))
+	b = fmt.Appendf(b, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n",
+		f.status, http.StatusText(f.status), len(body))
+	if s := f.retryAfterSecs(); s > 0 {
+		b = fmt.Appendf(b, "Retry-After: %d\r\n", s)
+	}
+	b = append(b, "\r\n"...)
+	return append(b, body...)
+}
