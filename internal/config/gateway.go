@@ -51,6 +51,7 @@ type Gateway struct {
 	// Our own settings (not in the contract table).
 	TLSCertFile       string        // TLS on the listener: both or neither
 	TLSKeyFile        string        //
+	TrustedProxies    []string      // load balancers (IPs or CIDRs) whose PROXY header or X-Forwarded-For names the client
 	ReliableReplicas  int           // Redis WAIT replicas before a reliable publish is answered
 	HeartbeatInterval time.Duration // node record report period
 	LogLevel          string        // debug, info, warn, error
@@ -133,6 +134,8 @@ func registerGateway(s *Set, c *Gateway) {
 
 	s.String(&c.TLSCertFile, "tls-cert-file", "", "PEM certificate for TLS on the listener (with --tls-key-file)")
 	s.String(&c.TLSKeyFile, "tls-key-file", "", "PEM private key for TLS on the listener (with --tls-cert-file)")
+	s.List(&c.TrustedProxies, "trusted-proxies", nil, "comma list of load balancer IPs or CIDRs; from these peers the client's IP "+
+		"(for the per-IP limits and logs) is read from a PROXY protocol header (v1 or v2) or from X-Forwarded-For / X-Real-IP")
 	s.Int(&c.ReliableReplicas, "reliable-replicas", 0, "Redis replicas (WAIT) that must have a reliable message before the publish is answered (0 = do not wait)")
 	s.Duration(&c.HeartbeatInterval, "heartbeat-interval", 2*time.Second, "period of the node record report (load, status, heartbeat)")
 	s.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -50,6 +50,7 @@ var ownDefaults = map[string]string{
 	"WSGATE_HEARTBEAT_INTERVAL": "2s",
 	"WSGATE_LOG_LEVEL":          "info",
 	"WSGATE_DEBUG_LISTEN":       "",
+	"WSGATE_TRUSTED_PROXIES":    "",
 }
 
 func TestGatewayDefaults(t *testing.T) {
@@ -59,7 +60,7 @@ func TestGatewayDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Gateway{
-		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{},
+		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{},
 		MaxMessageBytes: 65536, DevicePolicy: "multi",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
 		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,

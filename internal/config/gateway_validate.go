@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"net/netip"
 	"net/url"
 	"strings"
 )
@@ -25,6 +27,9 @@ func (c *Gateway) Validate() error {
 			EnvName("jwt-secret"), EnvName("jwt-public-key-file"), EnvName("auth-insecure"))
 	}
 	checkOrigins(&v, c.AllowedOrigins)
+	if _, err := ParsePrefixes(c.TrustedProxies); v.ok() && err != nil {
+		v.failf("%s: %v", EnvName("trusted-proxies"), err)
+	}
 
 	v.intRange("max-message-bytes", c.MaxMessageBytes, MinMessageBytes, MaxMessageBytes)
 	v.notNegative("max-conns-per-ip", c.MaxConnsPerIP)
@@ -100,4 +105,24 @@ func checkOrigins(v *checker, origins []string) {
 				EnvName("allowed-origins"), o)
 		}
 	}
+}
+
+// ParsePrefixes parses IP addresses and CIDR prefixes (an address is a
+// prefix of its full length).
+func ParsePrefixes(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, e := range list {
+		e = strings.TrimSpace(e)
+		if p, err := netip.ParsePrefix(e); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(e)
+		if err != nil {
+			return nil, fmt.Errorf("entry %q is neither an IP address nor a CIDR prefix (e.g. 10.0.0.0/8)", e)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/proxyproto"
 )
 
 // The node's own accept path, for plain TCP listeners.
@@ -84,6 +86,9 @@ func (n *Node) serveOwn(ln net.Listener) error {
 	a.mu.Unlock()
 	if err != nil {
 		unix.Close(fd)
+		if errors.Is(err, netpoll.ErrClosed) {
+			return http.ErrServerClosed // Shutdown came first
+		}
 		return err
 	}
 	n.acceptor.Store(a)
@@ -133,7 +138,7 @@ func (a *acceptor) rearm() {
 // whole request: see TCP_DEFER_ACCEPT); the rest comes with its events.
 // buf is the calling loop's read buffer.
 func (a *acceptor) open(fd int, ip string, buf []byte) {
-	h := &hsConn{a: a, fd: fd, ip: ip, started: time.Now().Unix()}
+	h := &hsConn{a: a, fd: fd, ip: ip, started: time.Now().Unix(), proxy: a.n.trustedPeer(ip)}
 	h.mu.Lock() // events may reach h before Register returns
 	defer h.mu.Unlock()
 	tok, err := a.n.poller.Register(fd, h)
@@ -231,10 +236,11 @@ type hsConn struct {
 	ip      string
 	started int64 // Unix s
 
-	mu   sync.Mutex
-	tok  netpoll.Token
-	buf  []byte // a request split over several reads
-	done bool   // judged, handed on or closed: events are ignored
+	mu    sync.Mutex
+	tok   netpoll.Token
+	buf   []byte // a request split over several reads
+	done  bool   // judged, handed on or closed: events are ignored
+	proxy bool   // a trusted proxy's socket: a PROXY header may come first
 }
 
 var headerEnd = []byte("\r\n\r\n")
@@ -255,17 +261,15 @@ func (h *hsConn) readLocked(buf []byte) {
 				h.buf = append(h.buf, data...)
 				data = h.buf
 			}
-			if end := bytes.Index(data, headerEnd); end >= 0 {
-				h.finishLocked(data[:end+4], data[end+4:])
+			rest, finished := h.consumeLocked(data)
+			if finished {
 				return
 			}
-			if len(data) > maxRequestHeader {
+			if len(rest) > maxRequestHeader {
 				h.refuseLocked(refuseWith(http.StatusRequestHeaderFieldsTooLarge, "bad_request", "request headers larger than 16 KiB"))
 				return
 			}
-			if len(h.buf) == 0 {
-				h.buf = append([]byte(nil), data...)
-			}
+			h.buf = append(h.buf[:0:0], rest...) // a copy: data may be the loop's buffer
 			if n < len(buf) {
 				return // drained; the rest comes with a new edge
 			}
@@ -280,6 +284,32 @@ func (h *hsConn) readLocked(buf []byte) {
 }
 
 func (h *hsConn) OnWritable() {}
+
+// consumeLocked takes what has arrived: a PROXY header from a trusted
+// proxy, then the request once it is whole. It returns the bytes to keep
+// when the request is not complete yet.
+func (h *hsConn) consumeLocked(data []byte) (rest []byte, finished bool) {
+	if h.proxy {
+		k, src, err := proxyproto.Parse(data)
+		switch {
+		case errors.Is(err, proxyproto.ErrIncomplete):
+			return data, false
+		case err != nil:
+			h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", err.Error()))
+			return nil, true
+		}
+		h.proxy = false
+		if src.IsValid() {
+			h.ip = src.String()
+		}
+		data = data[k:]
+	}
+	if end := bytes.Index(data, headerEnd); end >= 0 {
+		h.finishLocked(data[:end+4], data[end+4:])
+		return nil, true
+	}
+	return data, false
+}
 
 // finishLocked takes a whole request: a GET /ws is judged here, anything
 // else goes to net/http. req and rest may be the loop's buffer.
@@ -401,6 +431,13 @@ func parseUpgrade(req []byte) (wsRequest, []byte, error) {
 				r.origin = string(v)
 			case "Authorization":
 				r.authz = string(v)
+			case "X-Forwarded-For":
+				if r.xff != "" {
+					r.xff += ","
+				}
+				r.xff += string(v)
+			case "X-Real-Ip":
+				r.realIP = string(v)
 			}
 			return nil
 		},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/config"
 )
 
 // upgradeRequest is a complete handshake request for user.
@@ -104,7 +106,7 @@ func TestHandshakeSplitOverSeveralReads(t *testing.T) {
 	c, br := rawDial(t, n.addr)
 	req := upgradeRequest(t, "split", "?format=json")
 	io.WriteString(c, req[:40])
-	a := n.acceptor.Load()
+	a := acceptorOf(t, n)
 	// Wait until the node has read the first part and keeps it.
 	eventually(t, 5*time.Second, "first part held", func() bool { return a.pendingBytes() == 40 })
 	io.WriteString(c, req[40:])
@@ -138,7 +140,7 @@ func TestSilentSocketIsClosedAfterTheHandshakeTimeout(t *testing.T) {
 	n := startNode(t, nil)
 	c, _ := rawDial(t, n.addr)
 	io.WriteString(c, "GET /ws HTTP/1.1\r\n")
-	a := n.acceptor.Load()
+	a := acceptorOf(t, n)
 	eventually(t, 5*time.Second, "partial request held", func() bool { return a.pendingBytes() > 0 })
 	// The sweep calls expire every second; call it as if 10 s had passed.
 	a.expire(time.Now().Unix() + int64(handshakeTimeout/time.Second))
@@ -204,4 +206,74 @@ func (a *acceptor) pendingBytes() int {
 		h.mu.Unlock()
 	}
 	return total
+}
+
+// handshakeFrom opens a connection that announces itself with prefix (a
+// PROXY header) and extra request headers, and returns the HTTP status.
+func handshakeFrom(t *testing.T, n *testNode, prefix, user, headers string) int {
+	t.Helper()
+	c, br := rawDial(t, n.addr)
+	req := upgradeRequest(t, user, "")
+	if headers != "" {
+		req = strings.Replace(req, "\r\n\r\n", "\r\n"+headers+"\r\n\r\n", 1)
+	}
+	io.WriteString(c, prefix+req)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%q: %v", prefix+headers, err)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Keep it open: it holds its IP's slot.
+		eventually(t, 5*time.Second, "connection registered", func() bool { return len(n.hub.userConns(user)) == 1 })
+	}
+	return resp.StatusCode
+}
+
+func TestClientIPFromATrustedProxy(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) {
+		c.TrustedProxies = []string{"127.0.0.0/8"}
+		c.MaxConnsPerIP = 1
+	})
+	v2 := func(src [4]byte) string {
+		h := "\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0c"
+		return h + string(src[:]) + "\x0a\x00\x00\x01\x30\x39\x1f\x90"
+	}
+	steps := []struct {
+		what, prefix, headers string
+		want                  int
+	}{
+		{"PROXY v1 from 203.0.113.7", "PROXY TCP4 203.0.113.7 10.0.0.1 5000 8080\r\n", "", 101},
+		{"PROXY v1 from 203.0.113.8", "PROXY TCP4 203.0.113.8 10.0.0.1 5001 8080\r\n", "", 101},
+		{"PROXY v2 from 203.0.113.7 again", v2([4]byte{203, 0, 113, 7}), "", 429},
+		{"PROXY v2 from 203.0.113.9", v2([4]byte{203, 0, 113, 9}), "", 101},
+		// Without a PROXY header: X-Forwarded-For, skipping our own proxies.
+		{"X-Forwarded-For 198.51.100.1 via a trusted hop", "", "X-Forwarded-For: 198.51.100.1, 127.0.0.5", 101},
+		{"X-Forwarded-For 198.51.100.1 again", "", "X-Forwarded-For: 198.51.100.1", 429},
+		{"X-Real-IP 198.51.100.2", "", "X-Real-IP: 198.51.100.2", 101},
+		{"bad PROXY header", "PROXY TCP4 nonsense\r\n", "", 400},
+	}
+	for i, s := range steps {
+		if got := handshakeFrom(t, n, s.prefix, fmt.Sprintf("u%d", i), s.headers); got != s.want {
+			t.Fatalf("%s: status %d, want %d", s.what, got, s.want)
+		}
+	}
+}
+
+func TestForwardedHeadersFromAnUntrustedPeerAreIgnored(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) { c.MaxConnsPerIP = 1 })
+	if got := handshakeFrom(t, n, "", "a", "X-Forwarded-For: 198.51.100.1"); got != 101 {
+		t.Fatalf("first: %d", got)
+	}
+	// A different forwarded address does not help: the peer is 127.0.0.1.
+	if got := handshakeFrom(t, n, "", "b", "X-Forwarded-For: 198.51.100.2"); got != 429 {
+		t.Fatalf("second: %d, want 429", got)
+	}
+}
+
+// acceptorOf waits for the node's Serve goroutine to have set up its
+// accept path.
+func acceptorOf(t *testing.T, n *testNode) *acceptor {
+	t.Helper()
+	eventually(t, 5*time.Second, "accept path ready", func() bool { return n.acceptor.Load() != nil })
+	return n.acceptor.Load()
 }

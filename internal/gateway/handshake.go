@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -103,13 +104,58 @@ type wsRequest struct {
 	host      string
 	authz     string   // the Authorization header
 	protocols []string // the Sec-WebSocket-Protocol headers
+	xff       string   // X-Forwarded-For (all of them, comma-joined)
+	realIP    string   // X-Real-IP
 }
 
 func requestOf(r *http.Request) wsRequest {
 	return wsRequest{
-		ip: clientIP(r), query: r.URL.Query(), origin: r.Header.Get("Origin"), host: r.Host,
+		ip: peerIP(r), query: r.URL.Query(), origin: r.Header.Get("Origin"), host: r.Host,
 		authz: r.Header.Get("Authorization"), protocols: r.Header.Values("Sec-WebSocket-Protocol"),
+		xff: strings.Join(r.Header.Values("X-Forwarded-For"), ","), realIP: r.Header.Get("X-Real-Ip"),
 	}
+}
+
+// trustedPeer reports whether a peer address is one of
+// WSGATE_TRUSTED_PROXIES.
+func (n *Node) trustedPeer(ip string) bool {
+	if len(n.trusted) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(ip)
+	return err == nil && n.trustedAddr(a.Unmap())
+}
+
+func (n *Node) trustedAddr(a netip.Addr) bool {
+	for _, p := range n.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientIP is the address the per-IP limits and logs use: the peer's, or
+// for a trusted proxy the rightmost X-Forwarded-For entry that is not one
+// of our proxies, else X-Real-IP.
+func (n *Node) clientIP(req *wsRequest) string {
+	if !n.trustedPeer(req.ip) {
+		return req.ip
+	}
+	parts := strings.Split(req.xff, ",")
+	for i := len(parts) - 1; i >= 0 && req.xff != ""; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(parts[i]))
+		if err != nil {
+			break
+		}
+		if a = a.Unmap(); !n.trustedAddr(a) {
+			return a.String()
+		}
+	}
+	if a, err := netip.ParseAddr(strings.TrimSpace(req.realIP)); err == nil {
+		return a.Unmap().String()
+	}
+	return req.ip
 }
 
 // token reads the client token: Authorization header, then a
@@ -131,7 +177,7 @@ func (n *Node) token(req *wsRequest) string {
 	return ""
 }
 
-func clientIP(r *http.Request) string {
+func peerIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
@@ -153,6 +199,7 @@ type admission struct {
 // admit runs the checks of contract §3 that need no backend call, in the
 // contract's order. On success the caller owns an IP slot (see admission).
 func (n *Node) admit(req *wsRequest) (admission, *refusal) {
+	req.ip = n.clientIP(req)
 	a := admission{ip: req.ip}
 	if !n.Ready() {
 		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node not accepting connections ("+n.notReadyReason()+")")

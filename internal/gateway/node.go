@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -47,6 +48,7 @@ type Node struct {
 	origins   *auth.OriginPolicy
 	hsLimiter *auth.RateLimiter
 	ipConns   *auth.ConnCounter
+	trusted   []netip.Prefix // WSGATE_TRUSTED_PROXIES
 
 	poller   *netpoll.Poller
 	writers  chan *conn
@@ -97,6 +99,11 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		drained:   make(chan struct{}),
 	}
 	n.hub = newHub(n)
+	trusted, err := config.ParsePrefixes(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("WSGATE_TRUSTED_PROXIES: %w", err)
+	}
+	n.trusted = trusted
 	var pem []byte
 	if cfg.JWTPublicKeyFile != "" {
 		b, err := os.ReadFile(cfg.JWTPublicKeyFile)

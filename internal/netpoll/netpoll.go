@@ -148,6 +148,10 @@ func newLoop(bufSize int) (*loop, error) {
 // goroutine before Register returns.
 func (p *Poller) Register(fd int, h Handler) (Token, error) {
 	p.mu.Lock()
+	if len(p.loops) == 0 {
+		p.mu.Unlock()
+		return Token{}, ErrClosed
+	}
 	l := p.loops[p.next%uint32(len(p.loops))]
 	p.next++
 	p.mu.Unlock()
@@ -155,7 +159,7 @@ func (p *Poller) Register(fd int, h Handler) (Token, error) {
 	l.mu.Lock()
 	if l.quit {
 		l.mu.Unlock()
-		return Token{}, errors.New("netpoll: poller closed")
+		return Token{}, ErrClosed
 	}
 	var slot uint32
 	if n := len(l.free); n > 0 {
@@ -287,10 +291,17 @@ func (l *loop) run(log *slog.Logger) {
 	}
 }
 
+// ErrClosed is Register's error once the poller is closed.
+var ErrClosed = errors.New("netpoll: poller closed")
+
 // Close stops the loops and waits for them. Registered sockets are not
 // closed (their owners do that).
 func (p *Poller) Close() {
-	for _, l := range p.loops {
+	p.mu.Lock()
+	loops := p.loops
+	p.loops = nil
+	p.mu.Unlock()
+	for _, l := range loops {
 		l.mu.Lock()
 		l.quit = true
 		l.mu.Unlock()
@@ -298,9 +309,8 @@ func (p *Poller) Close() {
 		_, _ = unix.Write(l.wakeR, one[:])
 	}
 	p.wg.Wait()
-	for _, l := range p.loops {
+	for _, l := range loops {
 		l.file.Close()
 		unix.Close(l.wakeR)
 	}
-	p.loops = nil
 }
