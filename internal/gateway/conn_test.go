@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"golang.org/x/sys/unix"
 
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
@@ -257,3 +259,20 @@ func counterValue(t testing.TB, n *testNode, name, label string) float64 {
 }
 
 var _ = fmt.Sprint
+
+// A client that sends a frame and its FIN in one segment (a frame, then
+// an abrupt close) is gone at once, not after the pong timeout: the FIN
+// has no edge of its own.
+func TestFrameAndFINInOneSegment(t *testing.T) {
+	n := startNode(t, nil) // pong timeout 60 s
+	c := n.connect(t, "abrupt", "")
+	tc := c.conn.(*net.TCPConn)
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, 1) })
+	c.send(`{"type":"ping"}`)
+	tc.CloseWrite() // corked: the FIN leaves in the frame's segment
+	eventually(t, 5*time.Second, "connection ended", func() bool { return n.hub.count() == 0 })
+}

@@ -30,9 +30,9 @@ func (c *conn) OnReadable(buf []byte) {
 			if !c.consume(buf[:n]) {
 				return
 			}
-			if n < len(buf) {
-				return // the socket is drained; edge-triggered epoll reports new input
-			}
+			// Read again even after a short read: a FIN that came with
+			// the data has no edge of its own, only the next read (0)
+			// shows it.
 			continue
 		}
 		if err == unix.EAGAIN || err == unix.EINTR {
