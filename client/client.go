@@ -278,6 +278,7 @@ func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error)
 		HandshakeTimeout: c.cfg.HandshakeTimeout,
 		WriteTimeout:     c.cfg.WriteTimeout,
 		IdleTimeout:      c.cfg.IdleTimeout,
+		ReadBufferSize:   c.cfg.ReadBufferSize,
 		Since:            c.since(),
 	}
 	if c.cfg.Token != nil {

@@ -96,6 +96,11 @@ type Config struct {
 	// LocalAddr is the source IP of the dials (load tests spread connections
 	// over several source IPs to pass the ephemeral-port limit).
 	LocalAddr string
+	// ReadBufferSize is the read buffer of each connection (default
+	// DefaultReadBufferSize; see DialOptions.ReadBufferSize). It is borrowed
+	// from a pool while bytes wait to be parsed, so an idle client holds
+	// none.
+	ReadBufferSize int
 
 	// Logger receives connection events; nil = discard.
 	Logger *slog.Logger
@@ -194,6 +199,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("client: AckEvery must be positive, got %d", cfg.AckEvery)
 	case cfg.AckDelay < 0 || cfg.HandshakeTimeout < 0 || cfg.WriteTimeout < 0:
 		return cfg, errors.New("client: AckDelay, HandshakeTimeout and WriteTimeout must not be negative")
+	case cfg.ReadBufferSize < 0:
+		return cfg, fmt.Errorf("client: ReadBufferSize must not be negative, got %d", cfg.ReadBufferSize)
 	}
 	if cfg.URL != "" {
 		if err := checkWSURL(cfg.URL); err != nil {

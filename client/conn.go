@@ -2,17 +2,15 @@ package client
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
-	"github.com/gobwas/ws/wsutil"
 
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -34,18 +32,34 @@ const preallocLimit = 32 << 10
 // Conn is one WebSocket connection to a gateway, without reconnect logic:
 // the building block of Client and of the load generator.
 //
-// ReadFrame must be called from one goroutine at a time; WriteFrame,
-// WriteClose and Close are safe for concurrent use (one writer at a time).
-// A Conn holds no buffers of its own between frames, so that a process can
-// keep tens of thousands of them: control frames are answered from
-// ReadFrame, which must therefore be called for pings to be answered.
+// ReadFrame and ReadRaw must be called from one goroutine at a time;
+// WriteFrame, WriteClose and Close are safe for concurrent use (one
+// writer at a time). Between reads a Conn holds no buffer of its own (its
+// read buffer is borrowed from a pool while bytes are waiting to be
+// parsed), so that a process can keep tens of thousands of them: control
+// frames are answered from ReadFrame and ReadRaw, which must therefore be
+// called for pings to be answered.
 type Conn struct {
 	nc           net.Conn
-	src          connSource
-	rd           wsutil.Reader
+	rc           syscall.RawConn // plain TCP: reads bypass nc (see reader.go)
+	br           *bufio.Reader   // bytes the handshake buffered; nil once drained
 	format       protocol.Format
 	writeTimeout time.Duration
 	idleTimeout  time.Duration
+	maxMsg       int64
+	bufSize      int
+
+	// Reader state (the reading goroutine only).
+	rb        *[]byte // read buffer, nil when it holds nothing
+	rr, rw    int     // unread bytes: (*rb)[rr:rw]
+	msg       []byte  // message assembled from fragments, or too large for rb
+	fragOp    byte    // opcode of the fragmented message in progress; 0: none
+	readFn    func(fd uintptr) bool
+	rdst      []byte // rawRead: destination, nil = the read buffer
+	rn        int    // rawRead: bytes read
+	rerr      error  // rawRead: error
+	active    time.Time
+	idleArmed bool
 
 	wmu       sync.Mutex
 	closeSent bool // under wmu
@@ -56,44 +70,26 @@ type Conn struct {
 func newConn(nc net.Conn, br *bufio.Reader, opts DialOptions) *Conn {
 	c := &Conn{
 		nc:           nc,
-		src:          connSource{br: br, nc: nc},
+		br:           br,
 		format:       opts.Format,
 		writeTimeout: opts.WriteTimeout,
+		maxMsg:       opts.MaxMessageBytes,
+		bufSize:      readBufferSize(opts.ReadBufferSize),
 	}
-	c.rd = wsutil.Reader{
-		Source:         &c.src,
-		State:          ws.StateClientSide,
-		MaxMessageSize: opts.MaxMessageBytes,
-		OnIntermediate: c.control,
+	var sc syscall.Conn
+	switch t := nc.(type) { // exactly the types whose Read is read(2)
+	case *net.TCPConn:
+		sc = t
+	case *net.UnixConn:
+		sc = t
 	}
-	return c
-}
-
-// connSource reads what the handshake buffered (the welcome often comes in
-// the same packet as the 101 answer), then gives the buffer back to
-// gobwas's pool and reads the socket directly.
-type connSource struct {
-	br *bufio.Reader
-	nc net.Conn
-}
-
-func (s *connSource) Read(p []byte) (int, error) {
-	if s.br != nil {
-		if s.br.Buffered() > 0 {
-			return s.br.Read(p)
+	if sc != nil {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.rc = rc
 		}
-		s.release()
 	}
-	return s.nc.Read(p)
-}
-
-// release gives the handshake buffer back once it is drained, so that an
-// idle connection does not keep it.
-func (s *connSource) release() {
-	if s.br != nil && s.br.Buffered() == 0 {
-		ws.PutReader(s.br)
-		s.br = nil
-	}
+	c.readFn = c.rawRead
+	return c
 }
 
 // Format is the connection's frame encoding.
@@ -107,37 +103,21 @@ func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
 // frame that cannot be decoded with an error wrapping ErrBadFrame (the
 // next call reads on); any other error means the connection is broken.
 // With an idle timeout (DialOptions.IdleTimeout), ReadFrame fails when
-// nothing at all arrived for that long.
+// nothing at all arrived for that long. ReadFrame is ReadRaw followed by
+// protocol.DecodeServer; the frame it returns does not alias the read
+// buffer.
 func (c *Conn) ReadFrame() (*protocol.ServerFrame, error) {
-	for {
-		if c.idleTimeout > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(c.idleTimeout))
-		}
-		hdr, err := c.rd.NextFrame()
-		if err != nil {
-			return nil, c.readErr(err)
-		}
-		if hdr.OpCode.IsControl() {
-			if err := c.control(hdr, &c.rd); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		p, err := c.readPayload(hdr)
-		if err != nil {
-			return nil, c.readErr(err)
-		}
-		format := protocol.JSON
-		if hdr.OpCode == ws.OpBinary {
-			format = protocol.MsgPack
-		}
-		c.src.release()
-		f, err := protocol.DecodeServer(format, p)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadFrame, err)
-		}
-		return f, nil
+	format, p, err := c.ReadRaw()
+	if err != nil {
+		return nil, err
 	}
+	f, err := protocol.DecodeServer(format, p)
+	c.msg = nil
+	c.releaseIfEmpty()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadFrame, err)
+	}
+	return f, nil
 }
 
 func (c *Conn) readErr(err error) error {
@@ -148,43 +128,10 @@ func (c *Conn) readErr(err error) error {
 	return fmt.Errorf("wsgate: read: %w", err)
 }
 
-// readPayload reads a data message whose first frame header is hdr,
-// trusting the declared length for allocation only up to preallocLimit.
-func (c *Conn) readPayload(hdr ws.Header) ([]byte, error) {
-	if !hdr.Fin {
-		var b bytes.Buffer
-		b.Grow(int(min(hdr.Length, preallocLimit)))
-		_, err := b.ReadFrom(&c.rd)
-		return b.Bytes(), err
-	}
-	n := hdr.Length
-	p := make([]byte, 0, min(n, preallocLimit))
-	for {
-		m, err := io.ReadFull(&c.rd, p[len(p):cap(p)])
-		p = p[:len(p)+m]
-		if err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-		if int64(len(p)) == n {
-			return p, nil
-		}
-		np := make([]byte, len(p), min(2*int64(cap(p)), n))
-		copy(np, p)
-		p = np
-	}
-}
-
-// control answers a control frame: pong for ping, the echo for close.
-func (c *Conn) control(hdr ws.Header, r io.Reader) error {
-	var buf [ws.MaxControlFramePayloadSize]byte
-	p := buf[:hdr.Length] // CheckHeader bounded it
-	if _, err := io.ReadFull(r, p); err != nil {
-		return c.readErr(err)
-	}
-	switch hdr.OpCode {
+// controlFrame answers a control frame: pong for ping, the echo for close
+// (which ends the read with a *CloseError).
+func (c *Conn) controlFrame(op ws.OpCode, p []byte) error {
+	switch op {
 	case ws.OpPing:
 		if err := c.write(ws.OpPong, p, false); err != nil {
 			return err
@@ -218,7 +165,7 @@ func (c *Conn) WriteFrame(f *protocol.ClientFrame) error {
 
 // WriteClose sends a close frame with code and reason; later data frames
 // are refused. It does not wait for the server's echo: keep calling
-// ReadFrame until it returns, or call Close.
+// ReadFrame (or ReadRaw) until it returns, or call Close.
 func (c *Conn) WriteClose(code int, reason string) error {
 	return c.write(ws.OpClose, ws.NewCloseFrameBody(ws.StatusCode(code), reason), true)
 }

@@ -42,6 +42,13 @@ type DialOptions struct {
 	IdleTimeout time.Duration
 	// MaxMessageBytes bounds one server message (default 16 MiB).
 	MaxMessageBytes int64
+	// ReadBufferSize is the size of the connection's read buffer (default
+	// DefaultReadBufferSize, 4 KiB; rounded up to a power of two between
+	// 256 B and 1 MiB). The buffer is borrowed from a pool while bytes
+	// wait to be parsed and given back between messages; a message that
+	// fits it is returned by ReadRaw without a copy, a larger one is read
+	// into a buffer of its own.
+	ReadBufferSize int
 }
 
 // Welcome is the server's first frame, plus the URL it was reached at.

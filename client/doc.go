@@ -30,5 +30,8 @@
 //
 // Dial is the one-shot, low-level form used by the load generator: one
 // connection, its welcome, then Conn.ReadFrame and Conn.WriteFrame with no
-// reconnect logic and no goroutine or buffer of its own.
+// reconnect logic and no goroutine or buffer of its own. Conn.ReadRaw
+// returns a message's payload without decoding it (no copy, no
+// allocation), for protocol.PeekServer; Conn.Detach hands the socket to
+// the caller's own event loop.
 package client

@@ -59,3 +59,34 @@ func ExampleDial() {
 		}
 	}
 }
+
+// ExampleConn_ReadRaw reads many messages cheaply: no decode, no
+// allocation; only the rare frames whose other fields matter are decoded
+// in full.
+func ExampleConn_ReadRaw() {
+	ctx := context.Background()
+	conn, _, err := client.Dial(ctx, "ws://127.0.0.1:8080/ws", client.DialOptions{User: "bench-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	for {
+		format, payload, err := conn.ReadRaw() // valid until the next read
+		if err != nil {
+			return // a *CloseError, or a broken connection
+		}
+		p, err := protocol.PeekServer(format, payload)
+		switch {
+		case err == nil && p.Type == protocol.TypeMessage:
+			if p.Seq > 0 {
+				conn.WriteFrame(&protocol.ClientFrame{Type: protocol.TypeAck, Seq: p.Seq})
+			}
+		case err == nil && p.Type != protocol.TypeGap && p.Type != protocol.TypeRedirect:
+			// nothing else to read in a pong, reply, welcome or error
+		default:
+			if f, err := protocol.DecodeServer(format, payload); err == nil {
+				log.Printf("%s frame: %+v", f.Type, f)
+			}
+		}
+	}
+}

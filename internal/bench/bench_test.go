@@ -46,6 +46,31 @@ func TestBroadcast(t *testing.T) {
 	}
 }
 
+// TestBroadcastReaders runs a broadcast with each reader and format, and
+// with messages larger than the event loop's 64 KiB buffer.
+func TestBroadcastReaders(t *testing.T) {
+	g := startGateway(t, "dev")
+	for _, c := range []struct{ reader, format, size string }{
+		{ReaderGoroutine, "json", "100"},
+		{ReaderLoop, "msgpack", "100"},
+		{ReaderGoroutine, "msgpack", "100"},
+		{ReaderLoop, "json", "200000"},
+	} {
+		t.Run(c.reader+"/"+c.format+"/"+c.size, func(t *testing.T) {
+			res := runBench(t, "broadcast", "--url", g.wsURL(), "--conns", "20", "--rate", "5", "--duration", "2s", "--settle", smokeSettle,
+				"--reader", c.reader, "--format", c.format, "--size", c.size)
+			checkCommon(t, res, 20)
+			checkMessages(t, res.rep, 10, 20)
+			if m := res.rep.Messages; m.Foreign != 0 || m.BadFrames != 0 {
+				t.Errorf("foreign %d, bad frames %d", m.Foreign, m.BadFrames)
+			}
+			if r := res.rep.Config.Reader; r != c.reader {
+				t.Errorf("reader %q, want %q", r, c.reader)
+			}
+		})
+	}
+}
+
 func TestPushReliableWithJWT(t *testing.T) {
 	g := startGateway(t, "gateway", "WSGATE_JWT_SECRET=bench-test-secret", "WSGATE_API_KEY=bench-test-key")
 	args := []string{"push", "--url", g.wsURL(), "--conns", smokeConns, "--rate", "100", "--duration", "2s", "--settle", smokeSettle,
@@ -64,6 +89,20 @@ func TestPushReliableWithJWT(t *testing.T) {
 	checkMessages(t, res.rep, 200, 50)
 	if f := res.rep.Messages.Foreign; f != 0 {
 		t.Errorf("second run got %d messages of the first (%s): not acknowledged", f, res.rep.Messages.ForeignSample)
+	}
+}
+
+// TestPushReliableGoroutineMsgpack: reliable delivery read by the
+// goroutine reader on MessagePack frames (seq peeked from MessagePack,
+// acks through client.Conn).
+func TestPushReliableGoroutineMsgpack(t *testing.T) {
+	g := startGateway(t, "dev")
+	res := runBench(t, "push", "--url", g.wsURL(), "--conns", smokeConns, "--rate", "100", "--duration", "2s", "--settle", smokeSettle,
+		"--reliable", "--reader", "goroutine", "--format", "msgpack")
+	checkCommon(t, res, 50)
+	checkMessages(t, res.rep, 200, 50)
+	if m := res.rep.Messages; m.OutOfOrder != 0 || m.GapFrames != 0 || m.Foreign != 0 || m.BadFrames != 0 {
+		t.Errorf("out of order %d, gaps %d, foreign %d, bad frames %d", m.OutOfOrder, m.GapFrames, m.Foreign, m.BadFrames)
 	}
 }
 

@@ -62,6 +62,7 @@ type Config struct {
 	HTMLFile   string // --html FILE
 	NoProgress bool   // --quiet
 	CPUProfile string // --cpuprofile FILE
+	Reader     string // --reader: loop (default) or goroutine
 
 	// Progress receives the live progress line (nil = none); Run writes
 	// one line per second, overwritten when ProgressTTY is set.
@@ -80,6 +81,7 @@ type settings struct {
 	duration, settle               time.Duration
 	reliable, quiet                bool
 	jsonFile, htmlFile, cpuProfile string
+	reader                         string
 }
 
 // newSet registers every bench setting (flag, WSGATE_ env and YAML key,
@@ -121,6 +123,7 @@ func newSet(s *settings) *config.Set {
 	set.String(&s.format, "format", "json", "frame format of the connections: json or msgpack")
 	set.Bool(&s.quiet, "quiet", false, "no progress line")
 	set.String(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file (to check that the bench is not the bottleneck)")
+	set.String(&s.reader, "reader", ReaderLoop, "how the bench reads its connections: loop (an epoll event loop, ws:// only) or goroutine (one goroutine per connection, client.Conn.ReadRaw)")
 	return set
 }
 
@@ -132,7 +135,7 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile,
+		CPUProfile: s.cpuProfile, Reader: s.reader,
 	}
 	f, err := protocol.ParseFormat(s.format)
 	if err != nil {
@@ -188,6 +191,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Rooms == 0 {
 		c.Rooms = 10
+	}
+	if c.Reader == "" {
+		c.Reader = ReaderLoop
 	}
 	return c
 }
@@ -265,6 +271,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--size must be between 0 and 1048576, got %d", c.Size)
 	case c.Class != "realtime" && c.Class != "chat" && c.Class != "notify":
 		return fmt.Errorf("--class must be realtime, chat or notify, got %q", c.Class)
+	case c.Reader != ReaderLoop && c.Reader != ReaderGoroutine:
+		return fmt.Errorf("--reader must be %s or %s, got %q", ReaderLoop, ReaderGoroutine, c.Reader)
 	case c.Reliable && c.Scenario != ScenarioPush:
 		return errors.New("--reliable is only for push: reliable delivery is for user targets (contract §5)")
 	case len(c.API) == 0 && c.needsAPI():

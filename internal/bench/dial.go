@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -79,7 +80,7 @@ func (r *runner) token(user string) (string, error) {
 // dial opens one connection for the slot and records its connect time
 // (from the start of the attempt, allocator call included, to the
 // welcome) or the reason of its failure.
-func (s *slot) dial(ctx context.Context) (*client.Conn, error) {
+func (s *slot) dial(ctx context.Context) (*wsConn, error) {
 	r := s.r
 	select {
 	case r.dialSem <- struct{}{}:
@@ -103,7 +104,7 @@ func (s *slot) dial(ctx context.Context) (*client.Conn, error) {
 	return c, nil
 }
 
-func (s *slot) dialOnce(ctx context.Context) (*client.Conn, error) {
+func (s *slot) dialOnce(ctx context.Context) (*wsConn, error) {
 	r := s.r
 	target, err := s.dialTarget(ctx)
 	if err != nil {
@@ -126,8 +127,14 @@ func (s *slot) dialOnce(ctx context.Context) (*client.Conn, error) {
 			opts.Since = &seq
 		}
 	}
-	c, _, err := client.Dial(ctx, target, opts)
-	return c, err
+	cc, w, err := client.Dial(ctx, target, opts)
+	if err != nil {
+		return nil, err
+	}
+	if r.poller == nil || !strings.HasPrefix(target, "ws:") {
+		return &wsConn{s: s, cc: cc, format: cc.Format()}, nil
+	}
+	return s.newLoopConn(cc, w)
 }
 
 // failureReason sorts dial errors into a few stable categories.

@@ -129,6 +129,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	r := newRunner(cfg)
+	r.startReader()
 	r.start = time.Now()
 	r.startProgress()
 	err := r.scenario(ctx)

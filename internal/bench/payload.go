@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/binary"
 	"strconv"
 )
 
@@ -152,4 +153,145 @@ func skipWS(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// parseDataMsgpack is parseData for the MessagePack form of the data
+// object (what a gateway sends on a format=msgpack connection): a map
+// with the same keys, integers in any width, strings. Like parseData it
+// reports false for anything else, without allocating.
+func parseDataMsgpack(b []byte) (p payload, ok bool) {
+	i := 0
+	n, i, ok := mpMapLen(b, i)
+	if !ok {
+		return p, false
+	}
+	var seen uint8
+	for range n {
+		var key []byte
+		if key, i, ok = mpStr(b, i); !ok || i >= len(b) {
+			return p, false
+		}
+		if c := b[i]; c >= 0xa0 && c <= 0xbf || c >= 0xd9 && c <= 0xdb {
+			var v []byte
+			if v, i, ok = mpStr(b, i); !ok {
+				return p, false
+			}
+			if len(key) == 1 && key[0] == 'r' {
+				p.run, seen = v, seen|1
+			}
+			continue
+		}
+		var v int64
+		if v, i, ok = mpInt(b, i); !ok {
+			return p, false
+		}
+		if len(key) != 1 {
+			continue
+		}
+		u := uint64(v)
+		if v < 0 {
+			u = uint64(-v) // as parseData, which reads the digits only
+		}
+		switch key[0] {
+		case 'i':
+			p.idx, seen = u, seen|2
+		case 's':
+			p.stream, seen = u, seen|4
+		case 't':
+			p.ts, seen = v, seen|8
+		}
+	}
+	return p, seen == 0x0f
+}
+
+// mpMapLen reads a MessagePack map header at b[i].
+func mpMapLen(b []byte, i int) (n, next int, ok bool) {
+	if i >= len(b) {
+		return 0, i, false
+	}
+	switch c := b[i]; {
+	case c >= 0x80 && c <= 0x8f:
+		return int(c & 0x0f), i + 1, true
+	case c == 0xde && len(b)-i >= 3:
+		return int(binary.BigEndian.Uint16(b[i+1:])), i + 3, true
+	case c == 0xdf && len(b)-i >= 5:
+		return int(binary.BigEndian.Uint32(b[i+1:])), i + 5, true
+	}
+	return 0, i, false
+}
+
+// mpStr reads a MessagePack string at b[i].
+func mpStr(b []byte, i int) (s []byte, next int, ok bool) {
+	if i >= len(b) {
+		return nil, i, false
+	}
+	var n, h int
+	switch c := b[i]; {
+	case c >= 0xa0 && c <= 0xbf:
+		n, h = int(c&0x1f), 1
+	case c == 0xd9 && len(b)-i >= 2:
+		n, h = int(b[i+1]), 2
+	case c == 0xda && len(b)-i >= 3:
+		n, h = int(binary.BigEndian.Uint16(b[i+1:])), 3
+	case c == 0xdb && len(b)-i >= 5:
+		n, h = int(binary.BigEndian.Uint32(b[i+1:])), 5
+	default:
+		return nil, i, false
+	}
+	if len(b)-i-h < n {
+		return nil, i, false
+	}
+	return b[i+h : i+h+n], i + h + n, true
+}
+
+// mpInt reads a MessagePack integer at b[i] (a uint64 above the int64
+// range is refused).
+func mpInt(b []byte, i int) (v int64, next int, ok bool) {
+	if i >= len(b) {
+		return 0, i, false
+	}
+	c := b[i]
+	if c <= 0x7f || c >= 0xe0 {
+		return int64(int8(c)), i + 1, true
+	}
+	var size int
+	switch c {
+	case 0xcc, 0xd0:
+		size = 1
+	case 0xcd, 0xd1:
+		size = 2
+	case 0xce, 0xd2:
+		size = 4
+	case 0xcf, 0xd3:
+		size = 8
+	default:
+		return 0, i, false
+	}
+	if len(b)-i-1 < size {
+		return 0, i, false
+	}
+	x := b[i+1 : i+1+size]
+	switch c {
+	case 0xcc:
+		v = int64(x[0])
+	case 0xd0:
+		v = int64(int8(x[0]))
+	case 0xcd:
+		v = int64(binary.BigEndian.Uint16(x))
+	case 0xd1:
+		v = int64(int16(binary.BigEndian.Uint16(x)))
+	case 0xce:
+		v = int64(binary.BigEndian.Uint32(x))
+	case 0xd2:
+		v = int64(int32(binary.BigEndian.Uint32(x)))
+	case 0xcf:
+		u := binary.BigEndian.Uint64(x)
+		if u > 1<<63-1 {
+			return 0, i, false
+		}
+		v = int64(u)
+	case 0xd3:
+		v = int64(binary.BigEndian.Uint64(x))
+	}
+	return v, i + 1 + size, true
 }

@@ -70,3 +70,64 @@ func FuzzParseData(f *testing.F) {
 		parseData(b) // must not panic
 	})
 }
+
+func TestParseDataMsgpack(t *testing.T) {
+	for _, in := range [][]byte{
+		appendData(nil, "0123abcd", 42, 7, 1767225600123456789, 100),
+		appendData(nil, "run00001", 0, 0, 1, 0),
+		appendData(nil, "run00001", 70000, 1<<33, -5, 300),
+		[]byte(`{"i":1,"r":"x","s":2,"t":-9223372036854775808,"z":"q","y":-3}`),
+	} {
+		m, err := protocol.JSONToMsgpack(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, ok := parseData(in)
+		got, gok := parseDataMsgpack(m)
+		if !ok || !gok || string(got.run) != string(want.run) || got.idx != want.idx || got.stream != want.stream || got.ts != want.ts {
+			t.Errorf("%s: msgpack %+v %v, JSON %+v %v", in, got, gok, want, ok)
+		}
+	}
+	for _, in := range []string{
+		`null`, `"text"`, `{}`, `[1,2]`, `{"i":1,"r":"x","s":2}`, `{"i":1.5,"r":"x","s":2,"t":3}`,
+		`{"i":1,"r":"x","s":2,"t":{"a":1}}`, `{"i":1,"r":"x","s":2,"t":true}`, `{"i":1,"r":"x","s":2,"t":3,"n":null}`,
+	} {
+		m, err := protocol.JSONToMsgpack([]byte(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := parseDataMsgpack(m); ok {
+			t.Errorf("%s parsed as a bench payload: %+v", in, p)
+		}
+	}
+	m, _ := protocol.JSONToMsgpack(appendData(nil, "0123abcd", 42, 7, 1767225600123456789, 100))
+	for n := range len(m) {
+		if p, ok := parseDataMsgpack(m[:n]); ok {
+			t.Errorf("truncated to %d bytes: parsed %+v", n, p)
+		}
+	}
+	if n := testing.AllocsPerRun(1000, func() { parseDataMsgpack(m) }); n != 0 {
+		t.Fatalf("parseDataMsgpack allocates %v times", n)
+	}
+}
+
+// FuzzParseDataMsgpack: never panics, and agrees with parseData on the
+// JSON form whenever both accept.
+func FuzzParseDataMsgpack(f *testing.F) {
+	m, _ := protocol.JSONToMsgpack(appendData(nil, "0123abcd", 42, 7, 1767225600123456789, 100))
+	f.Add(m)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseDataMsgpack(b)
+		if !ok {
+			return
+		}
+		j, err := protocol.MsgpackToJSON(b)
+		if err != nil {
+			return
+		}
+		want, jok := parseData(j)
+		if jok && (got.idx != want.idx || got.stream != want.stream || got.ts != want.ts) {
+			t.Fatalf("%x: msgpack %+v, JSON %s %+v", b, got, j, want)
+		}
+	})
+}

@@ -61,6 +61,7 @@ type ReportConfig struct {
 	Format     string   `json:"format"`
 	Auth       string   `json:"auth"` // "jwt" or "insecure ?user="
 	GOMAXPROCS int      `json:"gomaxprocs"`
+	Reader     string   `json:"reader"` // loop or goroutine (--reader)
 }
 
 // ConnectionsReport counts connections: the first attempt of each slot
@@ -253,6 +254,7 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		DurationS: cfg.Duration.Seconds(), SettleS: cfg.Settle.Seconds(), Ramp: cfg.Ramp,
 		Inflight: cfg.Inflight, Size: cfg.Size, Reliable: cfg.Reliable, Class: cfg.Class,
 		Format: cfg.Format.String(), Auth: auth, GOMAXPROCS: runtime.GOMAXPROCS(0),
+		Reader: r.readerName(),
 	}
 	if cfg.Scenario == ScenarioRoom {
 		rep.Config.Rooms = cfg.Rooms
@@ -668,7 +670,7 @@ func (rep *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintf(tw, "bench process\tCPU %.2fs\tmax RSS %s (%s per connection)\tfd limit %d\n",
 		b.CPUSeconds, fmtBytes(b.MaxRSSBytes), fmtBytes(b.BytesPerConn), b.FDLimit)
 	if b.CPUPerFrameS > 0 {
-		fmt.Fprintf(tw, "  during the load\t%.2f cores of %d\t%s per message read (publishing included)\n", b.LoadCores, cfg.GOMAXPROCS, fmtSeconds(b.CPUPerFrameS))
+		fmt.Fprintf(tw, "  during the load\t%.2f cores of %d\t%s per message read (publishing included), reader %s\n", b.LoadCores, cfg.GOMAXPROCS, fmtSeconds(b.CPUPerFrameS), cfg.Reader)
 	}
 	tw.Flush()
 	for _, wn := range rep.Warnings {

@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -119,6 +121,13 @@ type runner struct {
 	order   []string                // phases sampled, in order
 
 	prog *progress
+
+	// The event loop reading the connections (loop.go); nil: every
+	// connection is read by its slot's goroutine.
+	poller    *netpoll.Poller
+	readerErr string // why the event loop is not used, when --reader loop
+	sweepStop chan struct{}
+	sweepDone chan struct{}
 }
 
 func newRunner(cfg Config) *runner {
@@ -412,8 +421,44 @@ func (r *runner) waitNodeConns(ctx context.Context, name string, want float64) [
 	}
 }
 
+// startReader starts the event loop that reads the connections (unless
+// --reader goroutine), and its idle sweep. Without it every connection is
+// read by its slot's goroutine.
+func (r *runner) startReader() {
+	if r.cfg.Reader != ReaderLoop {
+		return
+	}
+	p, err := netpoll.New(netpoll.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		r.readerErr = err.Error()
+		return
+	}
+	r.poller = p
+	r.sweepStop, r.sweepDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(r.sweepDone)
+		r.sweepIdle(r.sweepStop)
+	}()
+}
+
+// readerName is the reader in use, for the report.
+func (r *runner) readerName() string {
+	switch {
+	case r.poller != nil:
+		return ReaderLoop
+	case r.readerErr != "":
+		return ReaderGoroutine + " (event loop unavailable: " + r.readerErr + ")"
+	}
+	return ReaderGoroutine
+}
+
 // shutdown releases what the run holds after every goroutine ended.
 func (r *runner) shutdown() {
+	if r.poller != nil {
+		close(r.sweepStop)
+		<-r.sweepDone
+		r.poller.Close()
+	}
 	r.stopDials()
 	r.apiHTTP.CloseIdleConnections()
 	r.scraper.close()

@@ -10,20 +10,23 @@ import (
 )
 
 // slot is one simulated client: a user, its connection of the moment and
-// what it received. One goroutine per slot dials, reads every frame and
-// reconnects; nothing else touches its reader state (set, dups, unacked).
+// what it received. One goroutine per slot dials and reconnects; the
+// connection's reader (the event loop, or that goroutine: see loop.go) is
+// the only one to touch the reader state (set, dups, unacked, redirect)
+// while the connection lives, and hands it over with the connection's end.
 //
-// Memory per slot: this struct, the client.Conn (no buffer between
-// frames), the goroutine's stack and the seqSet window (a few words).
+// Memory per slot: this struct, the wsConn (no buffer between frames: the
+// event loop has one for all, a client.Conn borrows one from a pool), the
+// goroutine's stack and the seqSet window (a few words).
 type slot struct {
 	r      *runner
 	n      int
 	user   string
 	stream *stream // the messages this slot must get; nil = none
 
-	conn atomic.Pointer[client.Conn]
+	conn atomic.Pointer[wsConn]
 
-	// Reader state (slot goroutine only).
+	// Reader state (the connection's reader only).
 	set      seqSet
 	dups     uint64
 	unacked  int
@@ -97,7 +100,8 @@ func (s *slot) run() {
 			s.sayGoodbye(c)
 		}
 
-		code, healthy := s.read(c)
+		res := s.serve(c)
+		code, healthy := res.code, res.healthy
 
 		s.conn.Store(nil)
 		c.Close()
@@ -132,19 +136,17 @@ func (s *slot) run() {
 	}
 }
 
-// read handles the frames of one connection until it ends; it returns the
-// close code (1006 when the connection broke without one) and whether the
-// connection was healthy (lived 10 s or got a message).
-func (s *slot) read(c *client.Conn) (code int, healthy bool) {
+// read is the goroutine reader (wss:// connections, --reader goroutine):
+// it reads the frames of one connection with client.Conn.ReadRaw (no copy,
+// no allocation) until it ends, and returns the close code (1006 when the
+// connection broke without one) and whether the connection was healthy
+// (lived 10 s or got a message).
+func (s *slot) read(c *wsConn) (code int, healthy bool) {
 	start := time.Now()
 	got := false
 	for {
-		f, err := c.ReadFrame()
+		format, p, err := c.cc.ReadRaw()
 		if err != nil {
-			if errors.Is(err, client.ErrBadFrame) {
-				s.r.badFrames.Add(1)
-				continue
-			}
 			healthy = got || time.Since(start) >= healthyAfter
 			var ce *client.CloseError
 			if errors.As(err, &ce) {
@@ -152,42 +154,90 @@ func (s *slot) read(c *client.Conn) (code int, healthy bool) {
 			}
 			return 1006, healthy
 		}
-		switch f.Type {
-		case protocol.TypeMessage:
+		if s.handle(c, format, p) {
 			got = true
-			s.onMessage(c, f)
-		case protocol.TypeGap:
-			s.r.gapFrames.Add(1)
-			s.r.gapMissed.Add(f.Missed)
-			if f.To > s.lastSeq.Load() {
-				s.lastSeq.Store(f.To)
-			}
-		case protocol.TypeRedirect:
-			s.redirect = f.URL
+		}
+	}
+}
+
+// handle accounts one server message (payload p in format) and reports
+// whether it was a pushed message. The frame is peeked at
+// (protocol.PeekServer, no allocation); only the rare frames whose other
+// fields matter (gap, redirect) and the ones PeekServer leaves to the full
+// decoder go through protocol.DecodeServer, so that the bench's CPU per
+// frame stays far below the gateway's.
+func (s *slot) handle(c *wsConn, format protocol.Format, p []byte) bool {
+	if pk, err := protocol.PeekServer(format, p); err == nil {
+		switch pk.Type {
+		case protocol.TypeMessage:
+			s.onMessage(c, pk.Seq, pk.Data, format == protocol.MsgPack, format, p)
+			return true
+		case protocol.TypePong:
+			s.onPong(c, pk.TS)
+			return false
 		case protocol.TypeError:
 			s.r.errorFrames.Add(1)
-		case protocol.TypePong:
-			if f.TS == goodbyeTS {
-				_ = c.WriteClose(protocol.CloseNormal, "bench done")
-			}
+			return false
+		case protocol.TypeGap, protocol.TypeRedirect:
+			// Their other fields matter: decode in full below.
+		default:
+			return false // welcome, reply, unknown types: nothing to count
 		}
+	}
+	f, err := protocol.DecodeServer(format, p)
+	if err != nil {
+		s.r.badFrames.Add(1)
+		return false
+	}
+	switch f.Type {
+	case protocol.TypeMessage:
+		s.onMessage(c, f.Seq, f.Data, false, format, p)
+		return true
+	case protocol.TypeGap:
+		s.r.gapFrames.Add(1)
+		s.r.gapMissed.Add(f.Missed)
+		if f.To > s.lastSeq.Load() {
+			s.lastSeq.Store(f.To)
+		}
+	case protocol.TypeRedirect:
+		s.redirect = f.URL
+	case protocol.TypeError:
+		s.r.errorFrames.Add(1)
+	case protocol.TypePong:
+		s.onPong(c, f.TS)
+	}
+	return false
+}
+
+// onPong closes the connection when the pong answers the goodbye ping.
+func (s *slot) onPong(c *wsConn, ts float64) {
+	if ts == goodbyeTS {
+		_ = c.WriteClose(protocol.CloseNormal, "bench done")
 	}
 }
 
 // onMessage accounts one pushed message: latency from the publish
 // timestamp in its data, distinct or duplicate by its stream index, seq
-// order and acknowledgement for reliable ones.
-func (s *slot) onMessage(c *client.Conn, f *protocol.ServerFrame) {
+// order and acknowledgement for reliable ones. data is the message's
+// data, in MessagePack when mpData (a peeked MessagePack frame), else
+// JSON; frame is the whole frame, for the sample of a foreign message.
+func (s *slot) onMessage(c *wsConn, seq int64, data []byte, mpData bool, format protocol.Format, frame []byte) {
 	now := time.Now().UnixNano()
 	r := s.r
 	r.frames.Add(1)
-	if f.Seq > 0 {
-		s.onSeq(c, f.Seq)
+	if seq > 0 {
+		s.onSeq(c, seq)
 	}
-	p, ok := parseData(f.Data)
+	var p payload
+	var ok bool
+	if mpData {
+		p, ok = parseDataMsgpack(data)
+	} else {
+		p, ok = parseData(data)
+	}
 	if !ok || string(p.run) != r.runID {
 		if r.foreign.Add(1) == 1 {
-			r.foreignSample.Store(trim(string(f.Event)+" "+string(f.Data), 200))
+			r.foreignSample.Store(foreignSample(format, frame))
 		}
 		return
 	}
@@ -208,9 +258,19 @@ func (s *slot) onMessage(c *client.Conn, f *protocol.ServerFrame) {
 	}
 }
 
+// foreignSample is the text kept of the first foreign message: its event
+// and JSON data.
+func foreignSample(format protocol.Format, frame []byte) string {
+	f, err := protocol.DecodeServer(format, frame)
+	if err != nil {
+		return trim(string(frame), 200)
+	}
+	return trim(f.Event+" "+string(f.Data), 200)
+}
+
 // onSeq checks the order of reliable messages and acknowledges them in
 // batches (contract §4.3).
-func (s *slot) onSeq(c *client.Conn, seq int64) {
+func (s *slot) onSeq(c *wsConn, seq int64) {
 	if seq <= s.lastSeq.Load() {
 		s.r.outOfOrder.Add(1)
 		return
@@ -224,7 +284,7 @@ func (s *slot) onSeq(c *client.Conn, seq int64) {
 
 // ack sends a cumulative ack of lastSeq if it was not sent yet. Called by
 // the reader and, at the end, by closeAll; WriteFrame is safe for both.
-func (s *slot) ack(c *client.Conn) {
+func (s *slot) ack(c *wsConn) {
 	seq := s.lastSeq.Load()
 	for {
 		a := s.acked.Load()
@@ -249,7 +309,7 @@ const goodbyeTS = -1
 // can overtake it on the gateway (the ack is then lost and the messages
 // are replayed to the next connection of the user); the reader closes
 // when the pong comes. The reader returns when the server's echo comes.
-func (s *slot) sayGoodbye(c *client.Conn) {
+func (s *slot) sayGoodbye(c *wsConn) {
 	if s.r.cfg.Reliable {
 		seq := s.lastSeq.Load()
 		if a := s.acked.Load(); seq > a && s.acked.CompareAndSwap(a, seq) {
