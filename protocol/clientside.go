@@ -59,6 +59,9 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 			ServerFrame
 			Data msgpack.RawMessage `msgpack:"data"`
 		}
+		if err := checkMsgpack(b); err != nil {
+			return nil, fmt.Errorf("invalid MessagePack server frame: %w", err)
+		}
 		if err := msgpack.Unmarshal(b, &raw); err != nil {
 			return nil, fmt.Errorf("invalid MessagePack server frame: %w", err)
 		}

@@ -59,6 +59,9 @@ func DecodeClient(f Format, b []byte) (*ClientFrame, error) {
 			ClientFrame
 			Data msgpack.RawMessage `msgpack:"data"`
 		}
+		if err := checkMsgpack(b); err != nil {
+			return nil, badFrame("invalid MessagePack: %v", err)
+		}
 		if err := msgpack.Unmarshal(b, &raw); err != nil {
 			return nil, badFrame("invalid MessagePack: %v", err)
 		}
