@@ -151,24 +151,39 @@ func (r *runner) send(ctx context.Context, api string, job []pubMsg, batch bool)
 		return
 	}
 	var ans struct {
-		Results []struct {
-			Error *protocol.ErrorBody `json:"error"`
-		} `json:"results"`
+		Results []json.RawMessage `json:"results"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || len(ans.Results) != len(job) {
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || json.Unmarshal(raw, &ans) != nil || len(ans.Results) != len(job) {
 		fail("bad batch answer")
 		return
 	}
 	var ok int64
 	for i, res := range ans.Results {
-		if res.Error != nil {
+		if e := resultError(res); e != nil {
 			job[i].st.fail(job[i].idx)
-			r.countPubError(res.Error.Code, 1)
+			r.countPubError(e.Code, 1)
 			continue
 		}
 		ok++
 	}
 	r.sent.Add(ok)
+}
+
+// resultError returns the error of one result of a batch answer, or nil
+// when the message was accepted. The gateway's answers are compact, with
+// "id" or "error" first: those are told apart without decoding.
+func resultError(res json.RawMessage) *protocol.ErrorBody {
+	if bytes.HasPrefix(res, []byte(`{"id":`)) {
+		return nil
+	}
+	var v struct {
+		Error *protocol.ErrorBody `json:"error"`
+	}
+	if json.Unmarshal(res, &v) != nil {
+		return &protocol.ErrorBody{Code: "bad batch answer"}
+	}
+	return v.Error
 }
 
 // appendPublish appends the publish object of one message (contract §5).

@@ -76,6 +76,25 @@ type AppendResult struct {
 	Routes []Route // the user's live routes at the time of the append
 }
 
+// InboxAppend is one message of AppendInboxes.
+type InboxAppend struct {
+	User    string
+	Payload []byte
+}
+
+// AppendOutcome is the answer to one message of AppendInboxes: its result,
+// or the error that kept it from being stored.
+type AppendOutcome struct {
+	AppendResult
+	Err error
+}
+
+// BusMessage is one payload for one node (SendEach).
+type BusMessage struct {
+	Node    string
+	Payload []byte
+}
+
 // InboxOptions bound a user's inbox.
 type InboxOptions struct {
 	Limit int           // messages kept; older ones are dropped first
@@ -116,6 +135,9 @@ type Backend interface {
 	RemoveRoutes(ctx context.Context, routes []Route) error
 	// UserRoutes lists the user's routes that have not expired.
 	UserRoutes(ctx context.Context, user string) ([]Route, error)
+	// UsersRoutes is UserRoutes for many users in one step (one pipeline
+	// on Redis): out[i] are the routes of users[i].
+	UsersRoutes(ctx context.Context, users []string) ([][]Route, error)
 
 	// Room membership, by user. RoomNodes lists the nodes that declared
 	// interest in a room (they hold a member's connection).
@@ -134,12 +156,23 @@ type Backend interface {
 	AppendInbox(ctx context.Context, user string, payload []byte, opt InboxOptions) (AppendResult, error)
 	ReadInbox(ctx context.Context, user string, since int64, opt InboxOptions) (InboxRead, error)
 	Ack(ctx context.Context, user string, seq int64) error
+	// AppendInboxes is AppendInbox for many messages at once (a batch
+	// publish): each message is appended atomically as by AppendInbox, in
+	// the order given (one user's messages get increasing seqs in that
+	// order), and has its own outcome: one failing does not fail the
+	// others. out[i] answers msgs[i]. The Redis backend sends them in one
+	// pipeline (several users per script where the deployment allows).
+	AppendInboxes(ctx context.Context, msgs []InboxAppend, opt InboxOptions) []AppendOutcome
 	LastSeq(ctx context.Context, user string) (int64, error)
 
 	// Bus: Send delivers payload to the named nodes' subscriptions (never
 	// to others); Broadcast to every node. Subscribe starts delivering this
 	// node's messages to handle until ctx ends; handle must not block.
 	Send(ctx context.Context, nodes []string, payload []byte) error
+	// SendEach sends each message's payload to its node, in order, in one
+	// step (one pipeline on Redis): what a batch publish uses to give every
+	// node one envelope of its own.
+	SendEach(ctx context.Context, msgs []BusMessage) error
 	Broadcast(ctx context.Context, payload []byte) error
 	Subscribe(ctx context.Context, node string, handle func(payload []byte)) error
 

@@ -107,6 +107,7 @@ type Redis struct {
 	connects   connectBatcher
 	appends    scriptBatcher // AppendInbox without WAIT
 	publishes  publishBatcher
+	acks       ackBatcher
 }
 
 // NewRedis connects to the deployment that opt.URL names. It fails only for

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -33,6 +34,22 @@ func (b *batcher[T]) add(q T, run func([]T)) {
 	}
 }
 
+// addAll queues qs together: contiguous and in order, so that they share
+// as few round trips as possible.
+func (b *batcher[T]) addAll(qs []T, run func([]T)) {
+	if len(qs) == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.pending = append(b.pending, qs...)
+	start := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if start {
+		go b.loop(run)
+	}
+}
+
 func (b *batcher[T]) loop(run func([]T)) {
 	for {
 		b.mu.Lock()
@@ -49,22 +66,51 @@ func (b *batcher[T]) loop(run func([]T)) {
 	}
 }
 
-// scriptBatcher pipelines concurrent runs of scriptAppend.
-type scriptBatcher struct{ batcher[*scriptReq] }
+// scriptBatcher pipelines concurrent inbox appends.
+type scriptBatcher struct{ batcher[*appendReq] }
 
-type scriptReq struct {
-	ctx   context.Context
-	keys  []string
-	args  []any
-	reply any
-	err   error
-	done  chan struct{}
+// appendReq is one message to append (scriptAppend).
+type appendReq struct {
+	keys    []string // seq, ack, inbox, routes
+	opt     [3]int64 // ttlMs, limit, keepMs
+	now     int64    // Unix ms
+	payload []byte
+	reply   []any // {seq, routes} or {0, error message}
+	err     error
+	done    chan struct{}
 }
 
-func (b *scriptBatcher) run(ctx context.Context, r *Redis, keys []string, args []any) (any, error) {
+func (r *Redis) newAppendReq(user string, payload []byte, opt InboxOptions, now time.Time) *appendReq {
+	var ttl, keep int64
+	if opt.TTL > 0 {
+		ttl = max(opt.TTL.Milliseconds(), 1)
+		keep = max(opt.TTL, minSeqLifetime).Milliseconds()
+	}
+	return &appendReq{
+		keys:    []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user), r.k.routes(user)},
+		opt:     [3]int64{ttl, int64(max(opt.Limit, 0)), keep},
+		now:     now.UnixMilli(),
+		payload: payload,
+		done:    make(chan struct{}),
+	}
+}
+
+// keysArgs are scriptAppend's keys and arguments for appending qs in one
+// call (they share their options).
+func appendKeysArgs(qs []*appendReq) ([]string, []any) {
+	keys := make([]string, 0, 4*len(qs))
+	args := make([]any, 0, 4+len(qs))
+	args = append(args, qs[0].now, qs[0].opt[0], qs[0].opt[1], qs[0].opt[2])
+	for _, q := range qs {
+		keys = append(keys, q.keys...)
+		args = append(args, q.payload)
+	}
+	return keys, args
+}
+
+func (b *scriptBatcher) run(ctx context.Context, r *Redis, q *appendReq) ([]any, error) {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	q := &scriptReq{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
 	b.add(q, r.appendBatch)
 	select {
 	case <-q.done:
@@ -76,16 +122,32 @@ func (b *scriptBatcher) run(ctx context.Context, r *Redis, keys []string, args [
 	}
 }
 
-// appendBatch sends the batch as one pipeline. Appends are not
-// idempotent: the batch is retried only when Redis surely did not run it.
-func (r *Redis) appendBatch(batch []*scriptReq) {
+// appendBatch sends the batch as one pipeline: one scriptAppend call for
+// every run of messages with the same options (the whole batch, in
+// practice), or one call per message on Redis Cluster, where a script's
+// keys must share a slot. Appends are not idempotent: the batch is retried
+// only when Redis surely did not run it.
+func (r *Redis) appendBatch(batch []*appendReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(batch))
+	_, perMessage := r.c.(*redis.ClusterClient)
+	type call struct {
+		reqs []*appendReq
+		cmd  *redis.Cmd
+	}
+	var calls []*call
+	for _, q := range batch {
+		if n := len(calls); n > 0 && !perMessage && calls[n-1].reqs[0].opt == q.opt {
+			calls[n-1].reqs = append(calls[n-1].reqs, q)
+			continue
+		}
+		calls = append(calls, &call{reqs: []*appendReq{q}})
+	}
 	err := r.do(ctx, "append inbox", false, func(ctx context.Context) error {
 		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range batch {
-				cmds[i] = scriptAppend.EvalSha(ctx, p, q.keys, q.args...)
+			for _, c := range calls {
+				keys, args := appendKeysArgs(c.reqs)
+				c.cmd = scriptAppend.EvalSha(ctx, p, keys, args...)
 			}
 			return nil
 		})
@@ -95,22 +157,29 @@ func (r *Redis) appendBatch(batch []*scriptReq) {
 		}
 		return err
 	})
-	for i, q := range batch {
-		switch {
-		case err != nil:
-			q.err = err
-		case isNoScript(cmds[i].Err()):
+	for _, c := range calls {
+		cerr := err
+		if cerr == nil && isNoScript(c.cmd.Err()) {
 			// EVALSHA did not run: EVAL loads the script and runs it.
-			q.reply, q.err = scriptAppend.Run(ctx, r.c, q.keys, q.args...).Result()
-			if q.err != nil {
-				q.err = r.wrap("append inbox", q.err)
-			}
-		case cmds[i].Err() != nil:
-			q.err = r.wrap("append inbox", cmds[i].Err())
-		default:
-			q.reply = cmds[i].Val()
+			keys, args := appendKeysArgs(c.reqs)
+			c.cmd = scriptAppend.Run(ctx, r.c, keys, args...)
 		}
-		close(q.done)
+		var parts []any
+		if cerr == nil {
+			if cerr = c.cmd.Err(); cerr != nil {
+				cerr = r.wrap("append inbox", cerr)
+			} else if parts, _ = c.cmd.Val().([]any); len(parts) != 2*len(c.reqs) {
+				cerr = fmt.Errorf("cluster: redis append: unexpected reply of %d parts for %d messages", len(parts), len(c.reqs))
+			}
+		}
+		for j, q := range c.reqs {
+			if cerr != nil {
+				q.err = cerr
+			} else {
+				q.reply = parts[2*j : 2*j+2 : 2*j+2]
+			}
+			close(q.done)
+		}
 	}
 }
 
@@ -120,15 +189,19 @@ type publishBatcher struct{ batcher[*publishReq] }
 
 type publishReq struct {
 	channels []string
-	payload  []byte
+	payload  []byte   // for every channel, or:
+	payloads [][]byte // one per channel
 	err      error
 	done     chan struct{}
 }
 
 func (b *publishBatcher) send(ctx context.Context, r *Redis, channels []string, payload []byte) error {
+	return b.sendReq(ctx, r, &publishReq{channels: channels, payload: payload, done: make(chan struct{})})
+}
+
+func (b *publishBatcher) sendReq(ctx context.Context, r *Redis, q *publishReq) error {
 	ctx, cancel := r.bound(ctx)
 	defer cancel()
-	q := &publishReq{channels: channels, payload: payload, done: make(chan struct{})}
 	b.add(q, r.publishBatch)
 	select {
 	case <-q.done:
@@ -145,9 +218,13 @@ func (r *Redis) publishBatch(batch []*publishReq) {
 	var channels []string
 	var payloads [][]byte
 	for _, q := range batch {
-		for _, ch := range q.channels {
+		for i, ch := range q.channels {
 			channels = append(channels, ch)
-			payloads = append(payloads, q.payload)
+			if q.payloads != nil {
+				payloads = append(payloads, q.payloads[i])
+			} else {
+				payloads = append(payloads, q.payload)
+			}
 		}
 	}
 	// Not idempotent: a repeat could deliver twice.

@@ -39,6 +39,19 @@ func (r *Redis) Send(ctx context.Context, nodes []string, payload []byte) error 
 	return r.publishes.send(ctx, r, channels, payload)
 }
 
+// SendEach implements Backend: one PUBLISH per message, in order, in one
+// pipeline (shared with concurrent sends).
+func (r *Redis) SendEach(ctx context.Context, msgs []BusMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	q := &publishReq{channels: make([]string, len(msgs)), payloads: make([][]byte, len(msgs)), done: make(chan struct{})}
+	for i, m := range msgs {
+		q.channels[i], q.payloads[i] = r.k.busNode(m.Node), m.Payload
+	}
+	return r.publishes.sendReq(ctx, r, q)
+}
+
 // publish sends payload to channels, pipelined. In Redis Cluster every
 // PUBLISH of this deployment goes through one node, the master of the slot
 // of redisKeys.busRoute: PUBLISH reaches subscribers on every node through

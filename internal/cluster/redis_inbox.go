@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,7 +16,8 @@ import (
 const waitTimeout = time.Second
 
 // AppendInbox implements Backend with one script (scriptAppend): INCR seq,
-// ZADD, trim, PEXPIRE and HGETALL of the routes in one round trip. With
+// ZADD, trim to the limit, PEXPIRE and HGETALL of the routes, pipelined
+// with concurrent appends (several messages per script call). With
 // RedisOptions.Replicas > 0, WAIT follows in the same pipeline, on the
 // connection that wrote. Limit <= 0 keeps any number of messages; TTL <= 0
 // keeps them (and the seq) until acknowledged.
@@ -23,24 +26,18 @@ const waitTimeout = time.Second
 // minSeqLifetime): seqs are never reused while a message or a client's
 // memory of one could be around.
 func (r *Redis) AppendInbox(ctx context.Context, user string, payload []byte, opt InboxOptions) (AppendResult, error) {
-	keys := []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user), r.k.routes(user)}
 	now := time.Now()
-	var ttl, keep int64
-	if opt.TTL > 0 {
-		ttl = max(opt.TTL.Milliseconds(), 1)
-		keep = max(opt.TTL, minSeqLifetime).Milliseconds()
-	}
-	args := []any{now.UnixMilli(), ttl, max(opt.Limit, 0), keep, payload}
-
-	var reply any
+	q := r.newAppendReq(user, payload, opt, now)
+	var reply []any
 	var acked int64 = -1
 	// Not idempotent: a repeat after a lost reply would store the message
 	// twice under two seqs.
 	var err error
 	if r.opt.Replicas == 0 {
-		reply, err = r.appends.run(ctx, r, keys, args)
+		reply, err = r.appends.run(ctx, r, q)
 	} else {
 		err = r.do(ctx, "append inbox", false, func(ctx context.Context) (err error) {
+			keys, args := appendKeysArgs([]*appendReq{q})
 			reply, acked, err = r.appendAndWait(ctx, keys, args)
 			return err
 		})
@@ -58,10 +55,81 @@ func (r *Redis) AppendInbox(ctx context.Context, user string, payload []byte, op
 	return res, nil
 }
 
+// AppendInboxes implements Backend. Without WAIT the appends join the
+// append pipeline together (appendBatch: on standalone Redis and Sentinel
+// one script call carries them all); with Replicas > 0 each user's
+// messages are appended one after the other by AppendInbox, different
+// users in parallel.
+func (r *Redis) AppendInboxes(ctx context.Context, msgs []InboxAppend, opt InboxOptions) []AppendOutcome {
+	out := make([]AppendOutcome, len(msgs))
+	if len(msgs) == 0 {
+		return out
+	}
+	if r.opt.Replicas > 0 {
+		appendEachUser(ctx, msgs, out, func(ctx context.Context, m InboxAppend) (AppendResult, error) {
+			return r.AppendInbox(ctx, m.User, m.Payload, opt)
+		})
+		return out
+	}
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	now := time.Now()
+	reqs := make([]*appendReq, len(msgs))
+	for i, m := range msgs {
+		reqs[i] = r.newAppendReq(m.User, m.Payload, opt, now)
+	}
+	r.appends.addAll(reqs, r.appendBatch)
+	for i, q := range reqs {
+		select {
+		case <-q.done:
+		case <-ctx.Done():
+			select {
+			case <-q.done:
+			default:
+				// As in AppendInbox: the append may still run.
+				out[i].Err = fmt.Errorf("%w: redis append inbox: %w", ErrUnavailable, ctx.Err())
+				continue
+			}
+		}
+		if q.err != nil {
+			out[i].Err = q.err
+			continue
+		}
+		out[i].AppendResult, out[i].Err = decodeAppend(msgs[i].User, q.reply, now)
+	}
+	return out
+}
+
+// appendEachUser runs one append per message: a user's messages one after
+// the other in order, different users in parallel (at most 64 at once).
+func appendEachUser(ctx context.Context, msgs []InboxAppend, out []AppendOutcome, one func(context.Context, InboxAppend) (AppendResult, error)) {
+	groups := map[string][]int{}
+	var users []string
+	for i, m := range msgs {
+		if _, ok := groups[m.User]; !ok {
+			users = append(users, m.User)
+		}
+		groups[m.User] = append(groups[m.User], i)
+	}
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for _, u := range users {
+		idx := groups[u]
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, i := range idx {
+				out[i].AppendResult, out[i].Err = one(ctx, msgs[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // appendAndWait runs scriptAppend and WAIT in one pipeline on one
 // connection to the master of the user's slot, so that WAIT counts the
 // replicas that have this write.
-func (r *Redis) appendAndWait(ctx context.Context, keys []string, args []any) (reply any, acked int64, err error) {
+func (r *Redis) appendAndWait(ctx context.Context, keys []string, args []any) (reply []any, acked int64, err error) {
 	var c *redis.Client
 	switch rc := r.c.(type) {
 	case *redis.Client:
@@ -96,27 +164,43 @@ func (r *Redis) appendAndWait(ctx context.Context, keys []string, args []any) (r
 		}
 		return nil, 0, err
 	}
-	return cmd.Val(), wait.Val(), nil
+	reply, _ = cmd.Val().([]any)
+	return reply, wait.Val(), nil
 }
 
-func decodeAppend(user string, reply any, now time.Time) (AppendResult, error) {
-	parts, ok := reply.([]any)
-	if !ok || len(parts) != 2 {
-		return AppendResult{}, fmt.Errorf("cluster: redis append: unexpected reply %T", reply)
+// decodeAppend reads one message's part of scriptAppend's reply.
+func decodeAppend(user string, parts []any, now time.Time) (AppendResult, error) {
+	if len(parts) != 2 {
+		return AppendResult{}, fmt.Errorf("cluster: redis append: unexpected reply of %d parts", len(parts))
 	}
 	seq, ok := parts[0].(int64)
+	if msg, isErr := parts[1].(string); ok && seq == 0 && isErr {
+		return AppendResult{}, fmt.Errorf("cluster: redis append inbox: %s", msg)
+	}
 	flat, ok2 := parts[1].([]any)
-	if !ok || !ok2 {
-		return AppendResult{}, fmt.Errorf("cluster: redis append: unexpected reply %v", reply)
+	if !ok || !ok2 || seq <= 0 {
+		return AppendResult{}, fmt.Errorf("cluster: redis append: unexpected reply %v", parts)
 	}
-	fields := make(map[string]string, len(flat)/2)
+	return AppendResult{Seq: seq, Routes: decodeRoutesFlat(user, flat, now)}, nil
+}
+
+// decodeRoutesFlat is decodeRoutes on a flat HGETALL reply (field, value,
+// ...), keeping only the live routes.
+func decodeRoutesFlat(user string, flat []any, now time.Time) []Route {
+	if len(flat) < 2 {
+		return nil
+	}
+	live := make([]Route, 0, len(flat)/2)
+	nowMs := now.UnixMilli()
 	for i := 0; i+1 < len(flat); i += 2 {
-		k, _ := flat[i].(string)
+		conn, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
-		fields[k] = v
+		if node, at, exp, ok := decodeRoute(v); ok && exp > nowMs {
+			live = append(live, Route{User: user, ConnID: conn, Node: node, ConnectedAt: at})
+		}
 	}
-	routes, _ := decodeRoutes(user, fields, now)
-	return AppendResult{Seq: seq, Routes: routes}, nil
+	sortRoutes(live)
+	return live
 }
 
 // ReadInbox implements Backend with one script (scriptRead): trim, then
@@ -164,12 +248,68 @@ func decodeInboxMember(s string) (InboxMessage, error) {
 	return InboxMessage{Seq: seq, Payload: []byte(payload)}, nil
 }
 
-// Ack implements Backend with one script (scriptAck).
+// Ack implements Backend with one script (scriptAck), pipelined across
+// callers: the acks of many users share a round trip.
 func (r *Redis) Ack(ctx context.Context, user string, seq int64) error {
-	keys := []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user)}
-	return r.do(ctx, "ack", true, func(ctx context.Context) error {
-		return scriptAck.Run(ctx, r.c, keys, seq).Err()
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	q := &ackReq{keys: []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user)}, seq: seq, done: make(chan struct{})}
+	r.acks.add(q, r.ackBatch)
+	select {
+	case <-q.done:
+		return q.err
+	case <-ctx.Done():
+		return r.wrap("ack", ctx.Err())
+	}
+}
+
+type ackReq struct {
+	keys []string
+	seq  int64
+	err  error
+	done chan struct{}
+}
+
+// ackBatcher pipelines concurrent Ack calls.
+type ackBatcher struct{ batcher[*ackReq] }
+
+// ackBatch sends a batch of acks as one pipeline. Acks are idempotent
+// (cumulative, never backwards), so the whole batch is sent again after a
+// connection error or a transient error reply.
+func (r *Redis) ackBatch(batch []*ackReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(batch))
+	err := r.do(ctx, "ack", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, q := range batch {
+				cmds[i] = scriptAck.EvalSha(ctx, p, q.keys, q.seq)
+			}
+			return nil
+		})
+		var re redis.Error
+		if err != nil && errors.As(err, &re) {
+			for _, c := range cmds {
+				if e := c.Err(); e != nil && !isNoScript(e) && unavailable(e) {
+					return e // LOADING, READONLY, ...: send the batch again
+				}
+			}
+			return nil // replies with errors are read one by one below
+		}
+		return err
 	})
+	for i, q := range batch {
+		if err == nil && isNoScript(cmds[i].Err()) {
+			cmds[i] = scriptAck.Run(ctx, r.c, q.keys, q.seq)
+		}
+		switch {
+		case err != nil:
+			q.err = err
+		case cmds[i].Err() != nil:
+			q.err = r.wrap("ack", cmds[i].Err())
+		}
+		close(q.done)
+	}
 }
 
 // LastSeq implements Backend: GET of the seq key.

@@ -65,6 +65,36 @@ func (r *Redis) UserRoutes(ctx context.Context, user string) ([]Route, error) {
 	return routes, nil
 }
 
+// UsersRoutes implements Backend: one HGETALL per user in one pipeline,
+// then (rarely) HDEL of expired fields as UserRoutes does.
+func (r *Redis) UsersRoutes(ctx context.Context, users []string) ([][]Route, error) {
+	out := make([][]Route, len(users))
+	for start := 0; start < len(users); start += routeBatch {
+		batch := users[start:min(start+routeBatch, len(users))]
+		cmds := make([]*redis.MapStringStringCmd, len(batch))
+		err := r.do(ctx, "user routes", true, func(ctx context.Context) error {
+			_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, u := range batch {
+					cmds[i] = p.HGetAll(ctx, r.k.routes(u))
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		for i, u := range batch {
+			fields := cmds[i].Val()
+			routes, expired := decodeRoutes(u, fields, now)
+			out[start+i] = routes
+			r.hdelIfSame(ctx, r.k.routes(u), fields, expired)
+		}
+	}
+	return out, nil
+}
+
 // encodeRoute is the value of a route field: "node|connectedAtMs|expiresAtMs".
 func encodeRoute(rt Route, expiresAt int64) string {
 	return rt.Node + "|" + strconv.FormatInt(rt.ConnectedAt, 10) + "|" + strconv.FormatInt(expiresAt, 10)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -424,5 +425,37 @@ func TestRedisNotReplicated(t *testing.T) {
 		if took := time.Since(start); took > 3*time.Second {
 			t.Fatalf("AppendInbox(%s) took %s", user, took)
 		}
+	}
+}
+
+// One message of a batch whose append fails (its inbox key holds the
+// wrong type) gets its own error; the messages around it, carried by the
+// same script call, are stored.
+func TestRedisAppendManyOneFails(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t, redistest.Options{})
+	b := newRedis(t, s.URL(), func(o *cluster.RedisOptions) { o.Prefix = "onefails" })
+	ctx := ctxTimeout(t, 30*time.Second)
+	if err := s.Client().Set(ctx, "{onefails:u:bad}:inbox", "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opt := cluster.InboxOptions{Limit: 10, TTL: time.Hour}
+	out := b.AppendInboxes(ctx, []cluster.InboxAppend{
+		{User: "good", Payload: []byte("m1")},
+		{User: "bad", Payload: []byte("x")},
+		{User: "good", Payload: []byte("m2")},
+	}, opt)
+	if out[0].Err != nil || out[0].Seq != 1 || out[2].Err != nil || out[2].Seq != 2 {
+		t.Fatalf("good appends: %+v, %+v", out[0], out[2])
+	}
+	if out[1].Err == nil || !strings.Contains(out[1].Err.Error(), "WRONGTYPE") {
+		t.Fatalf("bad append: %+v", out[1])
+	}
+	r, err := b.ReadInbox(ctx, "good", 0, opt)
+	if err != nil || len(r.Messages) != 2 || string(r.Messages[1].Payload) != "m2" {
+		t.Fatalf("good's inbox: %+v %v", r, err)
+	}
+	if _, err := b.AppendInbox(ctx, "bad", []byte("y"), opt); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("single append to bad: %v", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,7 +109,7 @@ func (n *Node) checkKey(r *http.Request) error {
 
 // readBody reads a JSON body of at most 1 MiB.
 func readBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	b, err := readAll(io.LimitReader(r.Body, maxBodyBytes+1), r.ContentLength)
 	if err != nil {
 		return nil, badRequest("cannot read the body: %v", err)
 	}
@@ -115,6 +117,29 @@ func readBody(r *http.Request) ([]byte, error) {
 		return nil, &APIError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: "body larger than 1 MiB"}
 	}
 	return b, nil
+}
+
+// readAll is io.ReadAll with a first buffer sized for the announced
+// length (plus one byte, to see the end without growing).
+func readAll(rd io.Reader, length int64) ([]byte, error) {
+	size := 512
+	if length > 0 {
+		size = int(min(length, maxBodyBytes)) + 1
+	}
+	b := make([]byte, 0, size)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := rd.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // publishBody is the API's publish object; fields are decoded one by one
@@ -168,6 +193,210 @@ func decodePublish(raw []byte) (PublishRequest, error) {
 	return req, nil
 }
 
+// decodeBatchMessage decodes one message of a batch, whose body was
+// already checked to be valid JSON. The common shape (the six known keys,
+// each at most once, strings without escapes) is read by a single scan;
+// anything else goes through decodePublish, which gives the same request
+// and the exact error messages.
+func decodeBatchMessage(raw []byte) (PublishRequest, error) {
+	if req, ok := scanPublish(raw); ok {
+		return req, nil
+	}
+	return decodePublish(raw)
+}
+
+// scanPublish reads a publish object from valid JSON, or reports false
+// when it is not of the common shape.
+func scanPublish(raw []byte) (req PublishRequest, ok bool) {
+	p := jsonScan{b: raw}
+	if !p.byte('{') {
+		return req, false
+	}
+	var seen [6]bool
+	if p.byte('}') {
+		return req, false // no target: decodePublish names the error
+	}
+	for {
+		key, ok := p.plainString()
+		if !ok || !p.byte(':') {
+			return req, false
+		}
+		field := -1
+		switch key {
+		case "target":
+			field = 0
+			if !p.byte('{') {
+				return req, false
+			}
+			var st [2]bool
+			for {
+				k, ok := p.plainString()
+				if !ok || !p.byte(':') {
+					return req, false
+				}
+				v, ok := p.plainString()
+				switch {
+				case !ok:
+					return req, false
+				case k == "type" && !st[0]:
+					req.Target.Type, st[0] = v, true
+				case k == "id" && !st[1]:
+					req.Target.ID, st[1] = v, true
+				default:
+					return req, false
+				}
+				if p.byte('}') {
+					break
+				}
+				if !p.byte(',') {
+					return req, false
+				}
+			}
+		case "event":
+			field = 1
+			if req.Event, ok = p.plainString(); !ok {
+				return req, false
+			}
+		case "class":
+			field = 2
+			if req.Class, ok = p.plainString(); !ok {
+				return req, false
+			}
+		case "idempotency_key":
+			field = 3
+			if req.IdempotencyKey, ok = p.plainString(); !ok {
+				return req, false
+			}
+		case "reliable":
+			field = 4
+			switch {
+			case p.literal("true"):
+				req.Reliable = true
+			case p.literal("false"):
+			default:
+				return req, false
+			}
+		case "data":
+			field = 5
+			v, ok := p.value()
+			if !ok {
+				return req, false
+			}
+			req.Data = v
+		default:
+			return req, false
+		}
+		if seen[field] {
+			return req, false
+		}
+		seen[field] = true
+		if p.byte('}') {
+			break
+		}
+		if !p.byte(',') {
+			return req, false
+		}
+	}
+	p.space()
+	return req, seen[0] && p.i == len(p.b)
+}
+
+// jsonScan walks valid JSON.
+type jsonScan struct {
+	b []byte
+	i int
+}
+
+func (p *jsonScan) space() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// byte consumes c (after white space) if it comes next.
+func (p *jsonScan) byte(c byte) bool {
+	p.space()
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *jsonScan) literal(s string) bool {
+	p.space()
+	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
+		p.i += len(s)
+		return true
+	}
+	return false
+}
+
+// plainString reads a string of printable ASCII without escapes; anything
+// else (escapes, other bytes, not a string) reports false.
+func (p *jsonScan) plainString() (string, bool) {
+	p.space()
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", false
+	}
+	for j := p.i + 1; j < len(p.b); j++ {
+		switch c := p.b[j]; {
+		case c == '"':
+			s := string(p.b[p.i+1 : j])
+			p.i = j + 1
+			return s, true
+		case c == '\\' || c < 0x20 || c >= 0x7f:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// value returns the next value (any type) as it stands in the input.
+func (p *jsonScan) value() ([]byte, bool) {
+	p.space()
+	start := p.i
+	depth := 0
+	for p.i < len(p.b) {
+		switch c := p.b[p.i]; c {
+		case '"':
+			p.i++
+			for p.i < len(p.b) && p.b[p.i] != '"' {
+				if p.b[p.i] == '\\' {
+					p.i++
+				}
+				p.i++
+			}
+			p.i++
+		case '{', '[':
+			depth++
+			p.i++
+		case '}', ']':
+			if depth == 0 {
+				return p.b[start:p.i], p.i > start
+			}
+			depth--
+			p.i++
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return p.b[start:p.i], p.i > start
+			}
+			p.i++
+		default:
+			p.i++
+		}
+		if depth == 0 && p.i > start && (p.b[start] == '"' || p.b[start] == '{' || p.b[start] == '[') {
+			return p.b[start:p.i], true
+		}
+	}
+	return p.b[start:min(p.i, len(p.b))], p.i > start && p.i <= len(p.b) && depth == 0
+}
+
 func optString(raw json.RawMessage, dst *string) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
@@ -205,8 +434,11 @@ func (n *Node) apiPublishBatch(w http.ResponseWriter, r *http.Request) error {
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		return badRequest("the body must be a JSON object {\"messages\":[...]}")
 	}
-	if err := json.Unmarshal(body, &b); err != nil {
-		return badRequest("invalid JSON: %v", err)
+	var ok bool
+	if b.Messages, ok = scanBatch(body); !ok {
+		if err := json.Unmarshal(body, &b); err != nil {
+			return badRequest("invalid JSON: %v", err)
+		}
 	}
 	if b.Messages == nil {
 		return badRequest("messages is required")
@@ -215,38 +447,121 @@ func (n *Node) apiPublishBatch(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("at most %d messages per batch, got %d", maxBatch, len(b.Messages))
 	}
 	results := n.publishBatch(r.Context(), b.Messages)
-	writeJSON(w, http.StatusOK, map[string]any{"results": results})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(appendResults(make([]byte, 0, 16+64*len(results)), results))
 	return nil
+}
+
+// scanBatch splits a batch body of the common shape ({"messages":[...]},
+// nothing else) into its messages without copying them; it reports false
+// for anything else (json.Unmarshal then decides, with its errors).
+func scanBatch(body []byte) ([]json.RawMessage, bool) {
+	if !json.Valid(body) {
+		return nil, false
+	}
+	p := jsonScan{b: body}
+	if !p.byte('{') {
+		return nil, false
+	}
+	if key, ok := p.plainString(); !ok || key != "messages" || !p.byte(':') || !p.byte('[') {
+		return nil, false
+	}
+	msgs := []json.RawMessage{}
+	if !p.byte(']') {
+		for {
+			v, ok := p.value()
+			if !ok {
+				return nil, false
+			}
+			msgs = append(msgs, v)
+			if p.byte(']') {
+				break
+			}
+			if !p.byte(',') {
+				return nil, false
+			}
+		}
+	}
+	if !p.byte('}') {
+		return nil, false
+	}
+	p.space()
+	return msgs, p.i == len(p.b)
+}
+
+// appendResults encodes a batch answer as writeJSON would.
+func appendResults(dst []byte, results []any) []byte {
+	dst = append(dst, `{"results":[`...)
+	for i, r := range results {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		if pr, ok := r.(PublishResult); ok {
+			dst = append(dst, `{"id":`...)
+			dst = protocol.AppendJSONString(dst, pr.ID)
+			if pr.Seq != 0 {
+				dst = append(dst, `,"seq":`...)
+				dst = strconv.AppendInt(dst, pr.Seq, 10)
+			}
+			if pr.Online != nil {
+				dst = append(dst, `,"online":`...)
+				dst = strconv.AppendBool(dst, *pr.Online)
+			}
+			dst = append(dst, '}')
+			continue
+		}
+		b, _ := json.Marshal(r)
+		dst = append(dst, b...)
+	}
+	return append(dst, "]}\n"...)
 }
 
 // batchParallel bounds the targets a batch publishes to at once.
 const batchParallel = 64
 
-// publishBatch publishes every message of a batch. Messages to the same
-// target keep their order (one after the other); different targets run in
-// parallel, so that their backend round trips overlap (and the Redis
-// backend pipelines them).
+// publishBatch publishes every message of a batch. User messages without
+// an idempotency key go together (publishBulk: one pipeline of inbox
+// appends, one bus envelope per node). The rest (rooms, broadcasts,
+// messages with an idempotency key, and every message to a user that has
+// one of those in the batch) go through Publish: messages to the same
+// target one after the other, in order; different targets in parallel,
+// so that their backend round trips overlap (and the Redis backend
+// pipelines them).
 func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
 	results := make([]any, len(msgs))
 	groups := map[protocol.Target][]int{}
 	var order []protocol.Target
 	reqs := make([]PublishRequest, len(msgs))
+	classes := make([]class, len(msgs))
+	bulk := map[protocol.Target]bool{}
 	for i, raw := range msgs {
-		req, err := decodePublish(raw)
+		req, err := decodeBatchMessage(raw)
+		if err == nil {
+			classes[i], err = req.Validate()
+		}
 		if err != nil {
 			results[i] = map[string]protocol.ErrorBody{"error": errorBody(err)}
 			continue
 		}
 		reqs[i] = req
-		if _, ok := groups[req.Target]; !ok {
+		ok, seen := bulk[req.Target]
+		if !seen {
 			order = append(order, req.Target)
+			ok = true
 		}
+		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == ""
 		groups[req.Target] = append(groups[req.Target], i)
 	}
 	sem := make(chan struct{}, batchParallel)
 	var wg sync.WaitGroup
+	var together []int
 	for _, t := range order {
 		idx := groups[t]
+		if bulk[t] {
+			together = append(together, idx...)
+			continue
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -260,6 +575,10 @@ func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
 				}
 			}
 		}()
+	}
+	if len(together) > 0 {
+		slices.Sort(together) // batch order
+		n.publishBulk(ctx, reqs, classes, together, results)
 	}
 	wg.Wait()
 	return results

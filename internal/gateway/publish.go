@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -218,6 +220,170 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 			n.goFunc(func() { n.resend(remote, env) })
 		}
 	}
+}
+
+// bulkMsg is one message of publishBulk.
+type bulkMsg struct {
+	req   *PublishRequest
+	cl    class
+	msg   protocol.Message
+	nodes []string // where the user's connections are
+	res   *any     // where its answer goes
+	ok    bool     // stored (reliable) or routed: it is answered and delivered
+	body  []byte   // the message as delivered (once answered and online)
+}
+
+// publishBulk publishes the user messages of a batch (no idempotency key)
+// together: every inbox append in one pipeline (AppendInboxes), every
+// route lookup of the non-reliable ones in another (UsersRoutes), then
+// one bus envelope per node carrying all of that node's messages in batch
+// order (SendEach). Messages to one user keep their order: their seqs
+// follow the batch order, and so do their places in each envelope and in
+// the local deliveries. Each message gets its own answer in results.
+func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes []class, idx []int, results []any) {
+	now := time.Now()
+	ms := make([]bulkMsg, len(idx))
+	var appends []cluster.InboxAppend
+	var appendAt []int // index in ms of each append
+	var users []string
+	userAt := map[string]int{}
+	var plainAt []int // index in ms of each non-reliable message
+	for k, i := range idx {
+		r := &reqs[i]
+		m := &ms[k]
+		m.req, m.cl, m.res = r, classes[i], &results[i]
+		m.msg = protocol.Message{ID: n.newID(), Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target}
+		if r.Reliable {
+			appends = append(appends, cluster.InboxAppend{User: r.Target.ID, Payload: protocol.AppendMessageJSON(make([]byte, 0, msgSize(&m.msg)), &m.msg)})
+			appendAt = append(appendAt, k)
+			continue
+		}
+		if _, ok := userAt[r.Target.ID]; !ok {
+			userAt[r.Target.ID] = len(users)
+			users = append(users, r.Target.ID)
+		}
+		plainAt = append(plainAt, k)
+	}
+	n.metrics.Published.WithLabelValues(protocol.TargetUser).Add(float64(len(idx)))
+
+	// The appends and the route reads are independent: run them at once.
+	var wg sync.WaitGroup
+	if len(users) > 0 {
+		wg.Go(func() {
+			start := time.Now()
+			all, err := n.backend.UsersRoutes(ctx, users)
+			n.observe("route", start, err)
+			for _, k := range plainAt {
+				m := &ms[k]
+				if err != nil {
+					*m.res = map[string]protocol.ErrorBody{"error": errorBody(unavailable("routes", err))}
+					continue
+				}
+				m.nodes, m.ok = routeNodes(all[userAt[m.req.Target.ID]]), true
+			}
+		})
+	}
+	if len(appends) > 0 {
+		start := time.Now()
+		outs := n.backend.AppendInboxes(ctx, appends, n.inboxOpts())
+		var firstErr error
+		for j, o := range outs {
+			m := &ms[appendAt[j]]
+			if o.Err != nil {
+				firstErr = cmpOr(firstErr, o.Err)
+				*m.res = map[string]protocol.ErrorBody{"error": errorBody(unavailable("inbox append", o.Err))}
+				continue
+			}
+			m.msg.Seq = o.Seq
+			m.nodes, m.ok = routeNodes(o.Routes), true
+		}
+		n.observe("publish", start, firstErr)
+	}
+	wg.Wait()
+
+	// Answers and local deliveries; then one envelope per other node,
+	// sized beforehand.
+	pubAt := now.UnixNano()
+	size := map[string]int{}
+	for k := range ms {
+		m := &ms[k]
+		if !m.ok {
+			continue
+		}
+		online := len(m.nodes) > 0
+		*m.res = PublishResult{ID: m.msg.ID, Seq: m.msg.Seq, Online: &online}
+		if !online {
+			continue
+		}
+		m.body = protocol.AppendMessageJSON(make([]byte, 0, msgSize(&m.msg)), &m.msg)
+		for _, id := range m.nodes {
+			if id == n.cfg.NodeID {
+				n.deliverLocal(m.msg.Target, newDelivery(m.body, m.cl, m.msg.Seq, pubAt))
+			} else {
+				size[id] += recordSize(m.msg.Target, m.body)
+			}
+		}
+	}
+	var envs []cluster.BusMessage
+	envAt := make(map[string]int, len(size))
+	for k := range ms {
+		m := &ms[k]
+		if m.body == nil {
+			continue
+		}
+		for _, id := range m.nodes {
+			if id == n.cfg.NodeID {
+				continue
+			}
+			e, ok := envAt[id]
+			if !ok {
+				e = len(envs)
+				envAt[id] = e
+				envs = append(envs, cluster.BusMessage{Node: id, Payload: append(make([]byte, 0, len(batchHeader)+size[id]), batchHeader...)})
+			}
+			envs[e].Payload = appendRecord(envs[e].Payload, m.msg.Target, m.cl, m.msg.Seq, pubAt, m.body)
+		}
+	}
+	if len(envs) == 0 {
+		return
+	}
+	start := time.Now()
+	err := n.backend.SendEach(ctx, envs)
+	n.observe("bus", start, err)
+	if err == nil {
+		return
+	}
+	n.log.Warn("bus send failed", "nodes", len(envs), "messages", len(ms), "err", err)
+	// The reliable messages are in the inboxes, but an open connection
+	// would see them only behind the next one: send them again in the
+	// background (a connection drops a seq it already has). The others
+	// are not sent twice.
+	for _, e := range envs {
+		again := append([]byte(nil), batchHeader...)
+		for k := range ms {
+			m := &ms[k]
+			if m.body != nil && m.msg.Seq > 0 && slices.Contains(m.nodes, e.Node) {
+				again = appendRecord(again, m.msg.Target, m.cl, m.msg.Seq, pubAt, m.body)
+			}
+		}
+		if len(again) > len(batchHeader) {
+			n.goFunc(func() { n.resend([]string{e.Node}, again) })
+		}
+	}
+}
+
+// msgSize is room for a message's JSON (AppendMessageJSON), so that it is
+// built without growing: the fixed keys, the numbers, and the strings with
+// room for a few escapes.
+func msgSize(m *protocol.Message) int {
+	return 128 + len(m.Data) + 2*(len(m.ID)+len(m.Event)+len(m.Target.ID))
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 // resend retries a reliable message's bus envelope for up to a minute.

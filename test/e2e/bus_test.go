@@ -24,6 +24,8 @@ type busCounter struct {
 	watchers []*probe // one per node
 	probes   []*probe // every connection: each gets the barrier broadcasts
 	round    int
+	cluster  *gwCluster
+	redis    *redistest.Server
 }
 
 func (b *busCounter) counts() []int {
@@ -65,21 +67,31 @@ func (b *busCounter) measure(via int, action func()) []int {
 	return d
 }
 
-func TestTargetedBus(t *testing.T) {
-	t.Parallel()
+// startCounted starts four nodes on their own Redis, each with a watcher
+// connection (user <prefix>watcher-N) that receives the barriers.
+func startCounted(t *testing.T, prefix string) ([]*gateway, *busCounter) {
 	srv := redistest.Standalone(t, redistest.Options{})
 	c := newCluster(t, srv.URL(), nil)
 	n := c.startNodes("n", 4, nil)
-	b := &busCounter{t: t, nodes: n}
+	b := &busCounter{t: t, nodes: n, cluster: c, redis: srv}
 	for i, g := range n {
-		b.watchers = append(b.watchers, dial(t, g, fmt.Sprintf("watcher-%d", i+1), nil))
-	}
-	conn := func(g *gateway, user string) *probe {
-		p := dial(t, g, user, nil)
-		b.probes = append(b.probes, p)
-		return p
+		b.watchers = append(b.watchers, dial(t, g, fmt.Sprintf("%swatcher-%d", prefix, i+1), nil))
 	}
 	b.probes = append(b.probes, b.watchers...)
+	return n, b
+}
+
+// conn opens a probe for user on g, checked by every measure.
+func (b *busCounter) conn(g *gateway, user string) *probe {
+	p := dial(b.t, g, user, nil)
+	b.probes = append(b.probes, p)
+	return p
+}
+
+func TestTargetedBus(t *testing.T) {
+	t.Parallel()
+	n, b := startCounted(t, "")
+	c, srv, conn := b.cluster, b.redis, b.conn
 	check := func(what string, got, want []int) {
 		t.Helper()
 		if !slices.Equal(got, want) {

@@ -13,6 +13,7 @@ import (
 var busTests = []subtest{
 	{"SendReachesOnlyTargets", testBusSend},
 	{"SendToSeveralNodes", testBusSendMany},
+	{"SendEach", testBusSendEach},
 	{"Broadcast", testBusBroadcast},
 	{"PayloadIntactAndOrdered", testBusPayload},
 	{"StopsWhenContextEnds", testBusStop},
@@ -53,6 +54,23 @@ func testBusSendMany(t *testing.T, b cluster.Backend) {
 	must(t, b.Send(ctx, []string{"A", "B", "C"}, []byte("end")))
 	checkMsgs(t, "A", a.await(t, "A", 2), "x", "end")
 	checkMsgs(t, "B", bb.await(t, "B", 2), "x", "end")
+	checkMsgs(t, "C", c.await(t, "C", 1), "end")
+}
+
+func testBusSendEach(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	a, bb, c := subscribe(t, b, "A"), subscribe(t, b, "B"), subscribe(t, b, "C")
+	must(t, b.SendEach(ctx, nil))
+	must(t, b.Send(ctx, []string{"A"}, []byte("a0")))
+	must(t, b.SendEach(ctx, []cluster.BusMessage{
+		{Node: "A", Payload: []byte("a1")},
+		{Node: "B", Payload: []byte("b1")},
+		{Node: "A", Payload: []byte("a2")},
+		{Node: "D", Payload: []byte("nobody")},
+	}))
+	must(t, b.Send(ctx, []string{"A", "B", "C"}, []byte("end")))
+	checkMsgs(t, "A", a.await(t, "A", 4), "a0", "a1", "a2", "end")
+	checkMsgs(t, "B", bb.await(t, "B", 2), "b1", "end")
 	checkMsgs(t, "C", c.await(t, "C", 1), "end")
 }
 

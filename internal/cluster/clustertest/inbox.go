@@ -20,6 +20,8 @@ var inboxTests = []subtest{
 	{"AckCumulative", testInboxAck},
 	{"AckedNotReportedAsGap", testInboxAckedNoGap},
 	{"ConcurrentAppends", testInboxConcurrent},
+	{"AppendMany", testInboxAppendMany},
+	{"AppendManyConcurrent", testInboxAppendManyConcurrent},
 }
 
 var inboxOpts = cluster.InboxOptions{Limit: 100, TTL: longTTL}
@@ -269,6 +271,106 @@ func testInboxConcurrent(t *testing.T, b cluster.Backend) {
 	for i, m := range r.Messages {
 		if m.Seq != int64(i+1) || string(m.Payload) != bySeq[m.Seq] {
 			t.Fatalf("message %d: seq %d payload %q, want seq %d payload %q", i, m.Seq, m.Payload, i+1, bySeq[int64(i+1)])
+		}
+	}
+}
+
+// AppendInboxes: each message its own seq in the order given (per user),
+// with the user's routes, exactly as AppendInbox one by one.
+func testInboxAppendMany(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	if out := b.AppendInboxes(ctx, nil, inboxOpts); len(out) != 0 {
+		t.Fatalf("AppendInboxes of nothing = %+v", out)
+	}
+	r1 := cluster.Route{User: "alice", ConnID: "c1", Node: "n1", ConnectedAt: 11}
+	must(t, b.AddRoutes(ctx, []cluster.Route{r1}, longTTL))
+	appendN(t, b, "bob", 2, inboxOpts)
+	msgs := []cluster.InboxAppend{
+		{User: "alice", Payload: []byte("m1")},
+		{User: "bob", Payload: []byte("m3")},
+		{User: "alice", Payload: []byte("m2")},
+		{User: "carol", Payload: []byte("m1")},
+		{User: "alice", Payload: []byte("m3")},
+	}
+	out := b.AppendInboxes(ctx, msgs, inboxOpts)
+	if len(out) != len(msgs) {
+		t.Fatalf("%d outcomes for %d messages", len(out), len(msgs))
+	}
+	wantSeq := []int64{1, 3, 2, 1, 3}
+	for i, o := range out {
+		must(t, o.Err)
+		if o.Seq != wantSeq[i] {
+			t.Fatalf("message %d (%s): seq %d, want %d", i, msgs[i].User, o.Seq, wantSeq[i])
+		}
+		if msgs[i].User == "alice" {
+			checkRoutes(t, "alice's routes", o.Routes, r1)
+		} else if len(o.Routes) != 0 {
+			t.Fatalf("routes of offline %s = %+v", msgs[i].User, o.Routes)
+		}
+	}
+	checkRead(t, "alice", read(t, b, "alice", 0, inboxOpts), []int64{1, 2, 3}, 0, 0, 3, 0)
+	checkRead(t, "bob", read(t, b, "bob", 0, inboxOpts), []int64{1, 2, 3}, 0, 0, 3, 0)
+	checkRead(t, "carol", read(t, b, "carol", 0, inboxOpts), []int64{1}, 0, 0, 1, 0)
+	// The inbox limit applies per append, as with AppendInbox.
+	limit := cluster.InboxOptions{Limit: 2, TTL: longTTL}
+	out = b.AppendInboxes(ctx, []cluster.InboxAppend{{User: "carol", Payload: []byte("m2")}, {User: "carol", Payload: []byte("m3")}, {User: "carol", Payload: []byte("m4")}}, limit)
+	for _, o := range out {
+		must(t, o.Err)
+	}
+	checkRead(t, "carol after a limited batch", read(t, b, "carol", 0, limit), []int64{3, 4}, 1, 2, 4, 0)
+}
+
+// Batches and single appends of one user, concurrently: every seq once,
+// and within each batch increasing in batch order.
+func testInboxAppendManyConcurrent(t *testing.T, b cluster.Backend) {
+	const batches, per = 8, 20
+	opt := cluster.InboxOptions{Limit: 1000, TTL: longTTL}
+	var wg sync.WaitGroup
+	outs := make([][]cluster.AppendOutcome, batches)
+	singles := make([]int64, batches)
+	errs := make([]error, batches)
+	for i := range batches {
+		wg.Go(func() {
+			msgs := make([]cluster.InboxAppend, per)
+			for j := range msgs {
+				msgs[j] = cluster.InboxAppend{User: "alice", Payload: fmt.Appendf(nil, "b%d-%d", i, j)}
+			}
+			outs[i] = b.AppendInboxes(ctxFor(t), msgs, opt)
+		})
+		wg.Go(func() {
+			res, err := b.AppendInbox(ctxFor(t), "alice", fmt.Appendf(nil, "s%d", i), opt)
+			singles[i], errs[i] = res.Seq, err
+		})
+	}
+	wg.Wait()
+	var all []int64
+	payload := map[int64]string{}
+	for i, out := range outs {
+		for j, o := range out {
+			must(t, o.Err)
+			if j > 0 && o.Seq <= out[j-1].Seq {
+				t.Fatalf("batch %d: seq %d after %d", i, o.Seq, out[j-1].Seq)
+			}
+			all = append(all, o.Seq)
+			payload[o.Seq] = fmt.Sprintf("b%d-%d", i, j)
+		}
+		must(t, errs[i])
+		all = append(all, singles[i])
+		payload[singles[i]] = fmt.Sprintf("s%d", i)
+	}
+	slices.Sort(all)
+	for i, s := range all {
+		if s != int64(i+1) {
+			t.Fatalf("seqs = %v, want 1..%d each once", all, len(all))
+		}
+	}
+	r := read(t, b, "alice", 0, opt)
+	if len(r.Messages) != len(all) {
+		t.Fatalf("read: %s", describe(r))
+	}
+	for _, m := range r.Messages {
+		if string(m.Payload) != payload[m.Seq] {
+			t.Fatalf("seq %d holds %q, want %q", m.Seq, m.Payload, payload[m.Seq])
 		}
 	}
 }

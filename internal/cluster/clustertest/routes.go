@@ -19,6 +19,7 @@ var routeTests = []subtest{
 	{"RemoveOnlyThatConn", testRoutesRemoveOnlyThatConn},
 	{"LateCloseOfOldConn", testRoutesLateClose},
 	{"UnusualIDs", testRoutesUnusualIDs},
+	{"ManyUsers", testRoutesManyUsers},
 }
 
 // sortRoutes orders routes by conn id, for comparisons.
@@ -191,4 +192,35 @@ func testRoutesUnusualIDs(t *testing.T, b cluster.Backend) {
 	res, err := b.AppendInbox(ctx, r.User, []byte("x"), cluster.InboxOptions{Limit: 10, TTL: longTTL})
 	must(t, err)
 	checkRoutes(t, "AppendInbox routes", res.Routes, r)
+}
+
+// UsersRoutes answers as UserRoutes per user, expired routes left out.
+func testRoutesManyUsers(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	got, err := b.UsersRoutes(ctx, nil)
+	must(t, err)
+	if len(got) != 0 {
+		t.Fatalf("UsersRoutes of nobody = %+v", got)
+	}
+	r1 := cluster.Route{User: "alice", ConnID: "c1", Node: "n1", ConnectedAt: 1}
+	r2 := cluster.Route{User: "alice", ConnID: "c2", Node: "n2", ConnectedAt: 2}
+	r3 := cluster.Route{User: "bob", ConnID: "c3", Node: "n1", ConnectedAt: 3}
+	short := cluster.Route{User: "carol", ConnID: "c4", Node: "n3", ConnectedAt: 4}
+	must(t, b.AddRoutes(ctx, []cluster.Route{r1, r2, r3}, longTTL))
+	must(t, b.AddRoutes(ctx, []cluster.Route{short}, shortTTL))
+	users := []string{"bob", "nobody", "alice", "bob"}
+	got, err = b.UsersRoutes(ctx, users)
+	must(t, err)
+	if len(got) != len(users) {
+		t.Fatalf("%d answers for %d users", len(got), len(users))
+	}
+	checkRoutes(t, "bob", got[0], r3)
+	checkRoutes(t, "nobody", got[1])
+	checkRoutes(t, "alice", got[2], r1, r2)
+	checkRoutes(t, "bob again", got[3], r3)
+	eventually(t, "carol's route expires", func() (bool, string) {
+		got, err := b.UsersRoutes(ctx, []string{"carol", "alice"})
+		must(t, err)
+		return len(got[0]) == 0 && len(got[1]) == 2, routeConns(got[0]) + routeConns(got[1])
+	})
 }
