@@ -58,8 +58,9 @@ type conn struct {
 	writing  bool // a writer owns the socket's output (in the pool or writing)
 	waitOut  bool // a short write left wbuf; waiting for EPOLLOUT
 	format   protocol.Format
-	running  bool // an inbound goroutine is processing inq
-	preamble bool // outq[0] is the 101 answer, not sent yet (own accept path)
+	running  bool  // an inbound goroutine is processing inq
+	preamble bool  // outq[0] is the 101 answer, not sent yet (own accept path)
+	hubIdx   int32 // place in hub.list; under hub.mu
 
 	idSeq  uint64 // the connection id is the node's prefix and this (see connID)
 	user   string

@@ -13,7 +13,8 @@ import (
 type hub struct {
 	node  *Node
 	mu    sync.RWMutex
-	n     int // connections
+	n     int     // connections
+	list  []*conn // every connection (conn.hubIdx is its place): all() is a copy, not a walk of users
 	users map[string]*localUser
 	rooms map[string]map[*localUser]struct{}
 }
@@ -40,6 +41,8 @@ func (h *hub) add(c *conn) (first bool) {
 		first = true
 	}
 	u.conns = append(u.conns, c)
+	c.hubIdx = int32(len(h.list))
+	h.list = append(h.list, c)
 	h.node.metrics.Connections.Set(float64(h.n))
 	return first
 }
@@ -58,6 +61,11 @@ func (h *hub) remove(c *conn) (emptied []string, found bool) {
 		return nil, false
 	}
 	u.conns = slices.Delete(u.conns, i, i+1)
+	last := len(h.list) - 1
+	h.list[c.hubIdx] = h.list[last]
+	h.list[c.hubIdx].hubIdx = c.hubIdx
+	h.list[last] = nil
+	h.list = h.list[:last]
 	h.n--
 	h.node.metrics.Connections.Set(float64(h.n))
 	if len(u.conns) > 0 {
@@ -168,11 +176,7 @@ func (h *hub) roomConns(room string) []*conn {
 func (h *hub) all() []*conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	out := make([]*conn, 0, h.n)
-	for _, u := range h.users {
-		out = append(out, u.conns...)
-	}
-	return out
+	return slices.Clone(h.list)
 }
 
 func (h *hub) count() int {

@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,6 +49,13 @@ type Options struct {
 	Loops      int // event loop goroutines; default GOMAXPROCS
 	ReadBuffer int // bytes per loop; default 64 KiB
 	Logger     *slog.Logger
+	// Spin keeps a loop polling (yielding between polls) for this long
+	// after its last event before it parks. A parked loop must be woken
+	// by whoever makes its sockets ready, and on loopback that is the
+	// sender, which pays for it: a load generator spins so that the
+	// server it measures does not pay for waking it. 0 (servers): park
+	// at once.
+	Spin time.Duration
 }
 
 type entry struct {
@@ -101,7 +109,7 @@ func New(o Options) (*Poller, error) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			l.run(p.log)
+			l.run(p.log, o.Spin)
 		}()
 	}
 	return p, nil
@@ -246,15 +254,27 @@ func (l *loop) lookup(slot, gen uint32) Handler {
 	return nil
 }
 
-func (l *loop) run(log *slog.Logger) {
+func (l *loop) run(log *slog.Logger, spin time.Duration) {
 	events := make([]unix.EpollEvent, 256)
+	var last time.Time // of the last event, when spinning
 	for {
 		var n int
 		var err error
 		rerr := l.raw.Read(func(fd uintptr) bool {
-			n, err = unix.EpollWait(int(fd), events, 0)
-			return n > 0 || err != nil // nothing ready: park until there is
+			for {
+				n, err = unix.EpollWait(int(fd), events, 0)
+				if n > 0 || err != nil {
+					return true
+				}
+				if spin == 0 || time.Since(last) > spin {
+					return false // nothing ready: park until there is
+				}
+				runtime.Gosched()
+			}
 		})
+		if spin > 0 {
+			last = time.Now()
+		}
 		if rerr != nil {
 			log.Error("event loop stops: epoll descriptor failed", "err", rerr)
 			return
