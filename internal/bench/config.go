@@ -58,11 +58,12 @@ type Config struct {
 	Reliable   bool          // --reliable (push only)
 	Class      string        // --class: realtime, chat or notify
 	Format     protocol.Format
-	JSONFile   string // --json FILE
-	HTMLFile   string // --html FILE
-	NoProgress bool   // --quiet
-	CPUProfile string // --cpuprofile FILE
-	Reader     string // --reader: loop (default) or goroutine
+	JSONFile   string        // --json FILE
+	HTMLFile   string        // --html FILE
+	NoProgress bool          // --quiet
+	CPUProfile string        // --cpuprofile FILE
+	Reader     string        // --reader: loop (default) or goroutine
+	Spin       time.Duration // --spin: the reader loop polls this long before parking
 
 	// Progress receives the live progress line (nil = none); Run writes
 	// one line per second, overwritten when ProgressTTY is set.
@@ -82,6 +83,7 @@ type settings struct {
 	reliable, quiet                bool
 	jsonFile, htmlFile, cpuProfile string
 	reader                         string
+	spin                           time.Duration
 }
 
 // newSet registers every bench setting (flag, WSGATE_ env and YAML key,
@@ -123,6 +125,8 @@ func newSet(s *settings) *config.Set {
 	set.String(&s.format, "format", "json", "frame format of the connections: json or msgpack")
 	set.Bool(&s.quiet, "quiet", false, "no progress line")
 	set.String(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file (to check that the bench is not the bottleneck)")
+	set.Duration(&s.spin, "spin", 0, "loop reader: keep polling this long after the last frame before sleeping (e.g. 2ms); "+
+		"on loopback a sleeping reader's wake-up is paid by the gateway's write, so use it when the bench has a core of its own")
 	set.String(&s.reader, "reader", ReaderLoop, "how the bench reads its connections: loop (an epoll event loop, ws:// only) or goroutine (one goroutine per connection, client.Conn.ReadRaw)")
 	return set
 }
@@ -135,7 +139,7 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile, Reader: s.reader,
+		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin,
 	}
 	f, err := protocol.ParseFormat(s.format)
 	if err != nil {
@@ -271,6 +275,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--size must be between 0 and 1048576, got %d", c.Size)
 	case c.Class != "realtime" && c.Class != "chat" && c.Class != "notify":
 		return fmt.Errorf("--class must be realtime, chat or notify, got %q", c.Class)
+	case c.Spin < 0 || c.Spin > time.Second:
+		return fmt.Errorf("--spin must be between 0 and 1s, got %s", c.Spin)
 	case c.Reader != ReaderLoop && c.Reader != ReaderGoroutine:
 		return fmt.Errorf("--reader must be %s or %s, got %q", ReaderLoop, ReaderGoroutine, c.Reader)
 	case c.Reliable && c.Scenario != ScenarioPush:

@@ -28,6 +28,7 @@ type NodeSample struct {
 	Goroutines       float64 `json:"goroutines"`               // go_goroutines
 	Threads          float64 `json:"threads"`                  // go_threads
 	OpenFDs          float64 `json:"open_fds"`                 // process_open_fds
+	BackendConns     float64 `json:"backend_conns"`            // wsgate_backend_pool_connections
 	MaxFDs           float64 `json:"max_fds"`                  // process_max_fds
 	CPUSeconds       float64 `json:"cpu_seconds"`              // process_cpu_seconds_total
 	GCCycles         float64 `json:"gc_cycles"`                // go_gc_duration_seconds_count
@@ -122,6 +123,8 @@ func (ns *NodeSample) parse(r io.Reader) error {
 			ns.Threads = v
 		case "process_open_fds":
 			ns.OpenFDs = v
+		case "wsgate_backend_pool_connections":
+			ns.BackendConns = v
 		case "process_max_fds":
 			ns.MaxFDs = v
 		case "process_cpu_seconds_total":
@@ -233,6 +236,7 @@ func sumSamples(ss []NodeSample) NodeSample {
 		t.Goroutines += s.Goroutines
 		t.Threads += s.Threads
 		t.OpenFDs += s.OpenFDs
+		t.BackendConns += s.BackendConns
 		t.MaxFDs += s.MaxFDs
 		t.CPUSeconds += s.CPUSeconds
 		t.GCCycles += s.GCCycles

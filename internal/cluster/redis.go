@@ -163,6 +163,10 @@ func (r *Redis) Ping(ctx context.Context) error {
 
 // Close stops every subscription, waits for their goroutines and closes
 // the client. It is idempotent.
+// PoolConns is the number of connections the client holds to Redis (its
+// pool grows under load and keeps idle connections).
+func (r *Redis) PoolConns() int { return int(r.c.PoolStats().TotalConns) }
+
 func (r *Redis) Close() error {
 	r.mu.Lock()
 	if r.closed {

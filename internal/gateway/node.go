@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
@@ -99,6 +101,15 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		drained:   make(chan struct{}),
 	}
 	n.hub = newHub(n)
+	if pc, ok := backend.(interface{ PoolConns() int }); ok {
+		// Descriptors held for the backend, so that a leak check can
+		// tell them from client sockets (a second node on the same
+		// registry keeps the first one's gauge).
+		_ = m.Registry.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wsgate_backend_pool_connections",
+			Help: "Connections to the cluster backend (Redis) held by this node.",
+		}, func() float64 { return float64(pc.PoolConns()) }))
+	}
 	trusted, err := config.ParsePrefixes(cfg.TrustedProxies)
 	if err != nil {
 		return nil, fmt.Errorf("WSGATE_TRUSTED_PROXIES: %w", err)
