@@ -11,10 +11,10 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -230,46 +230,22 @@ func TestMain(m *testing.M) {
 	os.Exit(wsgatebin.Main(m))
 }
 
-type devProc struct {
-	cmd  *exec.Cmd
-	out  *wsgatebin.Buffer
-	done chan struct{}
-}
-
 // startDev runs `wsgate dev` with args; killed at cleanup.
-func startDev(t *testing.T, bin string, args ...string) *devProc {
+func startDev(t *testing.T, bin string, args ...string) *proc.Proc {
 	t.Helper()
-	p := &devProc{out: &wsgatebin.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"dev"}, args...)...)
-	p.cmd.Env = append(os.Environ(), "WSGATE_CONFIG=")
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("---- wsgate dev output ----\n%s", p.out.String())
-		}
-	})
+	cmd := exec.Command(bin, append([]string{"dev"}, args...)...)
+	cmd.Env = append(os.Environ(), "WSGATE_CONFIG=")
+	p := proc.Start(t, "wsgate dev", cmd)
+	p.OnFailure(func() { t.Logf("---- wsgate dev output ----\n%s", p.Output()) })
 	return p
 }
 
-func waitHTTP(t *testing.T, p *devProc, url string) {
+func waitHTTP(t *testing.T, p *proc.Proc, url string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		select {
-		case <-p.done:
-			t.Fatalf("wsgate dev exited:\n%s", p.out.String())
-		default:
+		if p.Exited() {
+			t.Fatalf("wsgate dev exited:\n%s", p.Output())
 		}
 		if resp, err := http.Get(url); err == nil {
 			resp.Body.Close()

@@ -169,7 +169,7 @@ func TestDevConsoleAndDemo(t *testing.T) {
 
 	// The node goes away: the console says it cannot reach it, the demo
 	// reconnects with backoff.
-	dev.kill()
+	dev.Kill()
 	console.waitFor(15*time.Second, "the unreachable banner", `document.getElementById('banner').textContent.includes('Gateway unreachable')`)
 	alice.waitFor(15*time.Second, "the demo reconnecting", `document.body.dataset.state === 'reconnecting' && document.getElementById('conn-text').textContent.startsWith('Reconnecting')`)
 }
@@ -257,7 +257,7 @@ func TestClusterFailoverAndDrain(t *testing.T) {
 	waitText(bob, 10*time.Second, "r0")
 
 	// n2 dies without a drain; reliable messages are published meanwhile.
-	n2.kill()
+	n2.Kill()
 	want := []string{"r0"}
 	for i := 1; i <= 5; i++ {
 		text := fmt.Sprintf("r%d", i)
@@ -287,7 +287,7 @@ func TestClusterFailoverAndDrain(t *testing.T) {
 		p.waitFor(30*time.Second, p.name+" on n3",
 			`document.body.dataset.state === 'open' && document.getElementById('node').textContent === 'n3'`)
 	}
-	eventually(t, 30*time.Second, "n1 to exit after its drain", n1.exited)
+	eventually(t, 30*time.Second, "n1 to exit after its drain", n1.Exited)
 	console.waitFor(30*time.Second, "n1 left and n3 with 2 connections",
 		`document.querySelector('[data-node="n1"]')?.dataset.status === 'left' && document.querySelector('[data-node="n3"] [data-field=connections]')?.textContent === '2'`)
 
@@ -318,7 +318,7 @@ func TestClusterFailoverAndDrain(t *testing.T) {
 	console.screenshot(docsImage("console.png"))
 
 	// Redis goes away: the gateway answers 503 and the console says so.
-	redisProc.kill()
+	redisProc.Kill()
 	console.waitFor(20*time.Second, "the backend-down banner", `document.getElementById('banner').textContent.includes('Cluster backend unavailable (503)')`)
 }
 

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 
 	"github.com/chromedp/chromedp"
@@ -55,72 +56,18 @@ func chromiumPath(t *testing.T) string {
 
 // ---- processes ----------------------------------------------------------------
 
-// proc is a child process whose output is kept for the test log.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *wsgatebin.Buffer
-	done chan struct{}
-	err  error
-}
-
 // start runs a process until the test ends (then SIGKILL) and logs the end
 // of its output if the test failed.
-func start(t *testing.T, name string, env []string, path string, args ...string) *proc {
+func start(t *testing.T, name string, env []string, path string, args ...string) *proc.Proc {
 	t.Helper()
-	p := &proc{name: name, out: &wsgatebin.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout = p.out
-	p.cmd.Stderr = p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("---- last output of %s ----\n%s", name, tail(p.out.String(), 40))
-		}
-	})
-	return p
-}
-
-// kill sends SIGKILL and waits for the process to end.
-func (p *proc) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	p.cmd.Process.Kill()
-	<-p.done
-}
-
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func tail(s string, lines int) string {
-	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(parts) > lines {
-		parts = parts[len(parts)-lines:]
-	}
-	return strings.Join(parts, "\n")
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return proc.Start(t, name, cmd)
 }
 
 // node is one wsgate process and its HTTP base URL.
 type node struct {
-	*proc
+	*proc.Proc
 	id   string
 	port int
 	base string // http://127.0.0.1:port
@@ -131,7 +78,7 @@ func startDev(t *testing.T) *node {
 	t.Helper()
 	port := wsgatebin.FreePort(t)
 	n := &node{id: "dev1", port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	n.proc = start(t, "wsgate dev", []string{"WSGATE_NODE_ID=" + n.id}, wsgatebin.Path(t), "dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	n.Proc = start(t, "wsgate dev", []string{"WSGATE_NODE_ID=" + n.id}, wsgatebin.Path(t), "dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
 	waitReady(t, n, 20*time.Second)
 	return n
 }
@@ -144,7 +91,7 @@ func startGateway(t *testing.T, id string, port int, env []string) *node {
 		"WSGATE_NODE_ID=" + id,
 		fmt.Sprintf("WSGATE_LISTEN=127.0.0.1:%d", port),
 	}, env...)
-	n.proc = start(t, "wsgate gateway "+id, env, wsgatebin.Path(t), "gateway")
+	n.Proc = start(t, "wsgate gateway "+id, env, wsgatebin.Path(t), "gateway")
 	waitReady(t, n, 20*time.Second)
 	return n
 }
@@ -153,8 +100,8 @@ func waitReady(t *testing.T, n *node, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		if n.exited() {
-			t.Fatalf("%s exited during start-up: %v\n%s", n.name, n.err, tail(n.out.String(), 20))
+		if n.Exited() {
+			t.Fatalf("%s exited during start-up: %v\n%s", n.Name(), n.Err(), n.Tail(20))
 		}
 		res, err := http.Get(n.base + "/readyz")
 		if err == nil {
@@ -164,7 +111,7 @@ func waitReady(t *testing.T, n *node, d time.Duration) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within %v (last error %v)", n.name, d, err)
+			t.Fatalf("%s not ready within %v (last error %v)", n.Name(), d, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -172,7 +119,7 @@ func waitReady(t *testing.T, n *node, d time.Duration) {
 
 // startRedis runs a private redis-server on a free port (never 6379), with
 // no persistence, in a temporary directory; it is killed at cleanup.
-func startRedis(t *testing.T) (string, *proc) {
+func startRedis(t *testing.T) (string, *proc.Proc) {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {

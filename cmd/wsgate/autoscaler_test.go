@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 )
 
 // Bad autoscaler settings stop start-up with exit 2 and one line naming
@@ -58,22 +57,8 @@ func TestAutoscalerServesAndStopsOnSIGTERM(t *testing.T) {
 	cmd := exec.Command(binPath, "autoscaler", "--listen", addr, "--redis-url", "redis://127.0.0.1:1/0",
 		"--exec-command", "exit 1", "--interval", "200ms")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	var out syncBuf
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var waitErr error
-	done := make(chan struct{})
-	go func() { waitErr = cmd.Wait(); close(done) }()
-	defer func() {
-		select {
-		case <-done:
-		default:
-			cmd.Process.Kill()
-			<-done
-		}
-	}()
+	p := proc.Start(t, "wsgate autoscaler", cmd)
+	p.OnFailure(nil) // the failures show the output
 	get := func(path string) int {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -83,9 +68,9 @@ func TestAutoscalerServesAndStopsOnSIGTERM(t *testing.T) {
 		return resp.StatusCode
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for get("/healthz") != http.StatusOK || !strings.Contains(out.String(), `"reason":"backend_unavailable"`) {
+	for get("/healthz") != http.StatusOK || !strings.Contains(p.Output(), `"reason":"backend_unavailable"`) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no health or no decision after 15s:\n%s", out.String())
+			t.Fatalf("no health or no decision after 15s:\n%s", p.Output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -98,33 +83,13 @@ func TestAutoscalerServesAndStopsOnSIGTERM(t *testing.T) {
 	if c := get("/v1/status"); c != http.StatusOK {
 		t.Errorf("/v1/status after a decision: %d", c)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-		if waitErr != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", waitErr, out.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no exit 15s after SIGTERM:\n%s", out.String())
+	if !p.Stop(15 * time.Second) {
+		t.Fatalf("no exit 15s after SIGTERM:\n%s", p.Output())
 	}
-	if !strings.Contains(out.String(), "autoscaler stopped") {
-		t.Errorf("no stop line:\n%s", out.String())
+	if err := p.Err(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Output())
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	if !strings.Contains(p.Output(), "autoscaler stopped") {
+		t.Errorf("no stop line:\n%s", p.Output())
+	}
 }

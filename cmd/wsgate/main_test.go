@@ -9,9 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 )
 
 var binPath string
@@ -94,12 +95,8 @@ func TestDevServesAndExitsZeroOnSIGTERM(t *testing.T) {
 	l.Close()
 	cmd := exec.Command(binPath, "dev", "--listen", addr)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill() })
+	p := proc.Start(t, "wsgate dev", cmd)
+	p.OnFailure(nil) // the failures show the output
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/readyz")
@@ -110,7 +107,7 @@ func TestDevServesAndExitsZeroOnSIGTERM(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("dev never ready: %v\n%s", err, out.String())
+			t.Fatalf("dev never ready: %v\n%s", err, p.Output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -123,18 +120,13 @@ func TestDevServesAndExitsZeroOnSIGTERM(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("still running 20s after SIGTERM\n%s", out.String())
+	if !p.Stop(20 * time.Second) {
+		t.Fatalf("still running 20s after SIGTERM\n%s", p.Output())
 	}
-	if !strings.Contains(out.String(), `"msg":"drain finished"`) {
-		t.Errorf("no drain on SIGTERM:\n%s", out.String())
+	if err := p.Err(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Output())
+	}
+	if !strings.Contains(p.Output(), `"msg":"drain finished"`) {
+		t.Errorf("no drain on SIGTERM:\n%s", p.Output())
 	}
 }

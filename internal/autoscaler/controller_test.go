@@ -1,7 +1,6 @@
 package autoscaler_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/autoscaler"
 	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 )
 
 // fakeNodes is a NodeSource whose answer the test sets.
@@ -73,35 +73,11 @@ func (f *fakeActuator) took() []string {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines() []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 func TestController(t *testing.T) {
 	clock := t0
 	src := &fakeNodes{}
 	act := &fakeActuator{}
-	logs := &syncBuffer{}
+	logs := &proc.Buffer{}
 	p := basePolicy()
 	p.MinNodes, p.MaxNodes = 1, 3
 	p.DrainWait = 5 * time.Minute
@@ -265,7 +241,7 @@ func TestController(t *testing.T) {
 
 	// Every decision was logged as one JSON line with its reasons.
 	var decisions int
-	for _, l := range logs.lines() {
+	for _, l := range jsonLines(logs.String()) {
 		if l["msg"] != "decision" {
 			continue
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/wsgate/wsgate/client"
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
 	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 	"github.com/wsgate/wsgate/protocol"
@@ -107,8 +108,8 @@ func TestE2EScaleOutAndIn(t *testing.T) {
 	// and no drain is pending.
 	settled := func(n int) func() bool {
 		return func() bool {
-			if as.exited() {
-				t.Fatalf("the autoscaler exited:\n%s", tail(as.out.String(), 5000))
+			if as.Exited() {
+				t.Fatalf("the autoscaler exited:\n%s", tail(as.Output(), 5000))
 			}
 			s := status()
 			return s.Decision.Current == n && s.Decision.Draining == 0 && s.Decision.Stale == 0 && s.PendingDrain == nil
@@ -353,7 +354,7 @@ func TestE2EScaleOutAndIn(t *testing.T) {
 		reasons         []any
 	}
 	var acts []action
-	for _, l := range jsonLines(as.out) {
+	for _, l := range jsonLines(as.Output()) {
 		if l["msg"] != "decision" || l["action"] == "none" {
 			continue
 		}
@@ -384,10 +385,10 @@ func TestE2EScaleOutAndIn(t *testing.T) {
 	for _, u := range users {
 		u.c.Close()
 	}
-	if !as.stop(60 * time.Second) {
+	if !as.Stop(60 * time.Second) {
 		t.Fatal("the autoscaler did not stop within 60s of SIGTERM")
 	}
-	if code := as.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := as.ExitCode(); code != 0 {
 		t.Errorf("autoscaler exit status %d", code)
 	}
 	for _, pid := range startedPIDs(as) {
@@ -412,9 +413,9 @@ type autoscalerStatus struct {
 }
 
 // startedPIDs lists the pids of the nodes the autoscaler logged starting.
-func startedPIDs(as *proc) []int {
+func startedPIDs(as *proc.Proc) []int {
 	var pids []int
-	for _, l := range jsonLines(as.out) {
+	for _, l := range jsonLines(as.Output()) {
 		if l["msg"] == "local actuator: node started" {
 			if pid, ok := l["pid"].(float64); ok {
 				pids = append(pids, int(pid))
@@ -424,7 +425,7 @@ func startedPIDs(as *proc) []int {
 	return pids
 }
 
-func killStartedNodes(t *testing.T, as *proc) {
+func killStartedNodes(t *testing.T, as *proc.Proc) {
 	for _, pid := range startedPIDs(as) {
 		if alive(pid) {
 			t.Logf("killing node process %d left running", pid)

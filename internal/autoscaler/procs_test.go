@@ -8,10 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 )
 
@@ -49,11 +49,10 @@ func freeRange(t *testing.T, n int) int {
 	return 0
 }
 
-// jsonLines returns the JSON objects among the output's lines.
 // jsonLines decodes the JSON log lines of a process's output.
-func jsonLines(l *wsgatebin.Buffer) []map[string]any {
+func jsonLines(output string) []map[string]any {
 	var out []map[string]any
-	for _, line := range strings.Split(l.String(), "\n") {
+	for _, line := range strings.Split(output, "\n") {
 		var m map[string]any
 		if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &m) == nil {
 			out = append(out, m)
@@ -62,66 +61,16 @@ func jsonLines(l *wsgatebin.Buffer) []map[string]any {
 	return out
 }
 
-// proc is a child process whose output is kept for the test log.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *wsgatebin.Buffer
-	done chan struct{}
-}
-
 // startProc starts bin with args and env (added to this process's
 // environment); at cleanup it is killed if still running and its output
 // is logged when the test failed.
-func startProc(t *testing.T, name, bin string, args, env []string) *proc {
+func startProc(t *testing.T, name, bin string, args, env []string) *proc.Proc {
 	t.Helper()
-	p := &proc{name: name, out: &wsgatebin.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("---- output of %s ----\n%s", name, tail(p.out.String(), 30000))
-		}
-	})
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := proc.Start(t, name, cmd)
+	p.OnFailure(func() { t.Logf("---- output of %s ----\n%s", name, tail(p.Output(), 30000)) })
 	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM and waits up to d; it reports whether the process
-// exited in time.
-func (p *proc) stop(d time.Duration) bool {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-func (p *proc) kill() {
-	if !p.exited() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
 }
 
 func tail(s string, n int) string {

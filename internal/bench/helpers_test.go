@@ -1,18 +1,16 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 
 	"go.uber.org/goleak"
@@ -36,10 +34,8 @@ func TestMain(m *testing.M) {
 
 // gateway is a wsgate process under test.
 type gateway struct {
-	cmd  *exec.Cmd
+	*proc.Proc
 	addr string // host:port it listens on
-	log  *wsgatebin.Buffer
-	done chan struct{}
 }
 
 // startGateway runs `wsgate <cmd> --listen 127.0.0.1:0` with env and
@@ -47,60 +43,56 @@ type gateway struct {
 // stopped (SIGTERM, then SIGKILL) when the test ends.
 func startGateway(t *testing.T, cmdName string, env ...string) *gateway {
 	t.Helper()
-	g := &gateway{log: &wsgatebin.Buffer{}, done: make(chan struct{})}
-	g.cmd = exec.Command(wsgatebin.Path(t), cmdName, "--listen", "127.0.0.1:0")
-	g.cmd.Env = append(cleanEnv(), env...)
-	stderr, err := g.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.cmd.Stdout = g.log
-	if err := g.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd := exec.Command(wsgatebin.Path(t), cmdName, "--listen", "127.0.0.1:0")
+	cmd.Env = append(cleanEnv(), env...)
 	addr := make(chan string, 1)
-	go func() {
-		defer close(g.done)
-		sc := bufio.NewScanner(stderr)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			g.log.Write([]byte(line + "\n"))
-			if sent {
-				continue
-			}
-			var rec struct {
-				Msg    string `json:"msg"`
-				Listen string `json:"listen"`
-			}
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "gateway listening" {
-				addr <- rec.Listen
-				sent = true
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		g.cmd.Wait()
-	}()
+	cmd.Stderr = &listenLine{addr: addr} // and to the output
+	g := &gateway{Proc: proc.Start(t, "wsgate "+cmdName, cmd)}
+	g.OnFailure(func() { t.Logf("---- %s log ----\n%s", cmdName, g.Tail(30)) })
 	t.Cleanup(func() {
-		g.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-g.done:
-		case <-time.After(10 * time.Second):
-			g.cmd.Process.Kill()
-			<-g.done
-		}
-		if t.Failed() {
-			t.Logf("---- %s log ----\n%s", cmdName, tail(g.log.String(), 30))
+		if !g.Stop(10 * time.Second) {
+			g.Kill()
 		}
 	})
 	select {
 	case g.addr = <-addr:
-	case <-g.done:
-		t.Fatalf("wsgate %s exited before listening:\n%s", cmdName, g.log.String())
+	case <-g.Done():
+		t.Fatalf("wsgate %s exited before listening:\n%s", cmdName, g.Output())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("wsgate %s did not start:\n%s", cmdName, g.log.String())
+		t.Fatalf("wsgate %s did not start:\n%s", cmdName, g.Output())
 	}
 	return g
+}
+
+// listenLine sends the address of the first "gateway listening" log line
+// written to it.
+type listenLine struct {
+	addr chan<- string
+	line []byte // the start of a line not yet complete
+	sent bool
+}
+
+func (w *listenLine) Write(b []byte) (int, error) {
+	if w.sent {
+		return len(b), nil
+	}
+	w.line = append(w.line, b...)
+	for !w.sent {
+		i := bytes.IndexByte(w.line, '\n')
+		if i < 0 {
+			break
+		}
+		var rec struct {
+			Msg    string `json:"msg"`
+			Listen string `json:"listen"`
+		}
+		if json.Unmarshal(w.line[:i], &rec) == nil && rec.Msg == "gateway listening" {
+			w.addr <- rec.Listen
+			w.sent = true
+		}
+		w.line = w.line[i+1:]
+	}
+	return len(b), nil
 }
 
 // cleanEnv is the test's environment without WSGATE_ settings.
@@ -115,14 +107,6 @@ func cleanEnv() []string {
 }
 
 func (g *gateway) wsURL() string { return "ws://" + g.addr + "/ws" }
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // benchResult is one in-process run of the bench CLI.
 type benchResult struct {
@@ -167,7 +151,7 @@ func checkCommon(t *testing.T, res benchResult, conns int) {
 	t.Helper()
 	rep := res.rep
 	if res.code != 0 {
-		t.Errorf("exit status %d\nstderr:\n%s", res.code, tail(res.stderr, 10))
+		t.Errorf("exit status %d\nstderr:\n%s", res.code, proc.LastLines(res.stderr, 10))
 	}
 	c := rep.Connections
 	if c.Attempted != int64(conns) || c.Succeeded != c.Attempted || c.Failed != 0 {

@@ -26,13 +26,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/wsgate/wsgate/client"
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -148,16 +148,19 @@ func (c *gwCluster) cleanup() {
 
 // gateway is one `wsgate gateway` process (and its restarts).
 type gateway struct {
-	c       *gwCluster
-	ID      string
-	Port    int
-	extra   map[string]string
-	logPath string
+	c     *gwCluster
+	ID    string
+	Port  int
+	extra map[string]string
 
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{}
-	exitCode int
+	mu   sync.Mutex
+	runs []run // every start, the last one current
+}
+
+// run is one start of a gateway: a heading for the log, and the process.
+type run struct {
+	head string
+	*proc.Proc
 }
 
 // startNode starts a gateway with the given id and per-node settings and
@@ -193,7 +196,7 @@ func (c *gwCluster) startNodes(prefix string, n int, extra map[string]string) []
 }
 
 func (c *gwCluster) startNodeNoFatal(id string, extra map[string]string) *gateway {
-	g := &gateway{c: c, ID: id, extra: extra, logPath: filepath.Join(c.t.TempDir(), id+".log")}
+	g := &gateway{c: c, ID: id, extra: extra}
 	var err error
 	for range 5 {
 		g.Port = freePort(c.t)
@@ -250,47 +253,23 @@ func (g *gateway) env() []string {
 
 // start runs the process (on g.Port); it does not wait for readiness.
 func (g *gateway) start() error {
-	f, err := os.OpenFile(g.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	head := fmt.Sprintf("==== start %s on port %d at %s\n", g.ID, g.Port, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(wsgateBin, "gateway")
+	cmd.Env = g.env()
+	p, err := proc.TryStart(g.c.t, "gateway "+g.ID, cmd)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(f, "==== start %s on port %d at %s\n", g.ID, g.Port, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(wsgateBin, "gateway")
-	cmd.Env = g.env()
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	exited := make(chan struct{})
+	p.OnFailure(nil) // the cluster's cleanup logs every run
 	g.mu.Lock()
-	g.cmd, g.exited = cmd, exited
+	g.runs = append(g.runs, run{head, p})
 	g.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		code := 0
-		if err != nil {
-			code = -1
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			}
-		}
-		f.Close()
-		g.mu.Lock()
-		g.exitCode = code
-		g.mu.Unlock()
-		close(exited)
-	}()
 	// A start that fails (port taken, bad setting) exits at once; wait
 	// for /healthz or the exit.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		select {
-		case <-exited:
-			return fmt.Errorf("exited with status %d at start", g.ExitCode())
-		default:
+		if p.Exited() {
+			return fmt.Errorf("exited with status %d at start", p.ExitCode())
 		}
 		if st, _, err := g.get("/healthz"); err == nil && st == http.StatusOK {
 			return nil
@@ -329,71 +308,50 @@ func (g *gateway) Restart(t testing.TB) {
 func (g *gateway) WS() string   { return "ws://127.0.0.1:" + strconv.Itoa(g.Port) + "/ws" }
 func (g *gateway) HTTP() string { return "http://127.0.0.1:" + strconv.Itoa(g.Port) }
 
-// Alive reports whether the process runs.
-func (g *gateway) Alive() bool {
+// current is the process of the last start (nil before the first).
+func (g *gateway) current() *proc.Proc {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.exited == nil {
-		return false
+	if len(g.runs) == 0 {
+		return nil
 	}
-	select {
-	case <-g.exited:
-		return false
-	default:
-		return true
-	}
+	return g.runs[len(g.runs)-1].Proc
 }
 
-func (g *gateway) signal(sig syscall.Signal) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.cmd != nil && g.cmd.Process != nil {
-		_ = g.cmd.Process.Signal(sig)
-	}
+// Alive reports whether the process runs.
+func (g *gateway) Alive() bool {
+	p := g.current()
+	return p != nil && !p.Exited()
 }
 
 // Kill sends SIGKILL and waits for the exit.
 func (g *gateway) Kill() {
-	g.signal(syscall.SIGKILL)
-	g.WaitExit(10 * time.Second)
+	if p := g.current(); p != nil {
+		p.Kill()
+	}
 }
 
 // WaitExit waits for the process to exit; false on timeout.
 func (g *gateway) WaitExit(d time.Duration) bool {
-	g.mu.Lock()
-	exited := g.exited
-	g.mu.Unlock()
-	if exited == nil {
-		return true
-	}
-	select {
-	case <-exited:
-		return true
-	case <-time.After(d):
-		return false
-	}
+	p := g.current()
+	return p == nil || p.Wait(d)
 }
 
 // ExitCode of the last run (valid after it exited; -1 for a signal).
-func (g *gateway) ExitCode() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.exitCode
-}
+func (g *gateway) ExitCode() int { return g.current().ExitCode() }
 
-func (g *gateway) logTail(lines int) string {
-	b, _ := os.ReadFile(g.logPath)
-	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, "\n")
-}
+func (g *gateway) logTail(lines int) string { return proc.LastLines(g.log(), lines) }
 
 // log is the whole log of the node's runs.
 func (g *gateway) log() string {
-	b, _ := os.ReadFile(g.logPath)
-	return string(b)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var b strings.Builder
+	for _, r := range g.runs {
+		b.WriteString(r.head)
+		b.WriteString(r.Output())
+	}
+	return b.String()
 }
 
 func (g *gateway) pollReady(d time.Duration) error {

@@ -28,6 +28,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/wsgate/wsgate/internal/testutil/proc"
 )
 
 // readyTimeout bounds every wait of this package for a server.
@@ -48,8 +50,7 @@ type Server struct {
 	args []string
 
 	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	run    *proc.Proc // the process of the last start
 	client *redis.Client
 }
 
@@ -112,20 +113,16 @@ var errPortTaken = errors.New("port taken")
 func (s *Server) start(bin string) error {
 	cmd := exec.Command(bin, s.args...)
 	cmd.Dir = s.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no orphans if the test binary dies
-	if err := cmd.Start(); err != nil {
+	p, err := proc.TryStart(s.t, "redis-server", cmd)
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
+	p.OnFailure(nil) // cleanup logs redis.log
 	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
+	s.run = p
 	s.mu.Unlock()
-	if err := waitPing(s.Addr(), exited); err != nil {
-		s.signal(syscall.SIGKILL)
+	if err := waitPing(s.Addr(), p.Done()); err != nil {
+		p.Signal(syscall.SIGKILL)
 		log := s.Log()
 		if bytes.Contains([]byte(log), []byte("Address already in use")) {
 			return fmt.Errorf("%w: %d", errPortTaken, s.Port)
@@ -151,7 +148,7 @@ func (s *Server) Log() string {
 // Stop or Kill, and waits until it answers.
 func (s *Server) Start() {
 	s.t.Helper()
-	if s.running() {
+	if !s.current().Exited() {
 		s.t.Fatalf("redistest: Start of a running server on %d", s.Port)
 	}
 	if err := s.start(binary(s.t, "REDIS_SERVER", "redis-server")); err != nil {
@@ -162,24 +159,20 @@ func (s *Server) Start() {
 // Stop shuts the server down (SIGTERM: an AOF is flushed) and waits for it.
 func (s *Server) Stop() {
 	s.t.Helper()
-	s.signal(syscall.SIGCONT) // a paused server cannot handle SIGTERM
-	s.signal(syscall.SIGTERM)
-	if !s.wait(readyTimeout) {
-		s.signal(syscall.SIGKILL)
-		s.wait(readyTimeout)
+	p := s.current()
+	p.Signal(syscall.SIGCONT) // a paused server cannot handle SIGTERM
+	if !p.Stop(readyTimeout) {
+		p.Kill()
 	}
 }
 
 // Kill kills the server with SIGKILL (nothing is flushed) and waits for it.
-func (s *Server) Kill() {
-	s.signal(syscall.SIGKILL)
-	s.wait(readyTimeout)
-}
+func (s *Server) Kill() { s.current().Kill() }
 
 // Pause stops the process (SIGSTOP): connections stay open and nothing
 // answers, like a server that hangs. Resume continues it.
-func (s *Server) Pause()  { s.signal(syscall.SIGSTOP) }
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+func (s *Server) Pause()  { s.current().Signal(syscall.SIGSTOP) }
+func (s *Server) Resume() { s.current().Signal(syscall.SIGCONT) }
 
 // Flush empties every database of this server (it is always one this
 // package started).
@@ -202,41 +195,10 @@ func (s *Server) Client() *redis.Client {
 	return s.client
 }
 
-func (s *Server) running() bool {
+func (s *Server) current() *proc.Proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.exited == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func (s *Server) signal(sig syscall.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(sig)
-	}
-}
-
-func (s *Server) wait(d time.Duration) bool {
-	s.mu.Lock()
-	exited := s.exited
-	s.mu.Unlock()
-	if exited == nil {
-		return true
-	}
-	select {
-	case <-exited:
-		return true
-	case <-time.After(d):
-		return false
-	}
+	return s.run
 }
 
 func (s *Server) cleanup() {
@@ -247,7 +209,7 @@ func (s *Server) cleanup() {
 	if c != nil {
 		_ = c.Close()
 	}
-	s.signal(syscall.SIGCONT)
+	s.Resume()
 	s.Kill()
 	if s.t.Failed() {
 		s.t.Logf("redistest: log of the server on %d:\n%s", s.Port, tail(s.Log(), 3000))

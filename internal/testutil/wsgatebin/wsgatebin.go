@@ -6,7 +6,6 @@
 package wsgatebin
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -70,22 +69,4 @@ func Cleanup() {
 	if dir != "" {
 		os.RemoveAll(dir)
 	}
-}
-
-// Buffer collects a process's output; safe for concurrent use.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
