@@ -163,9 +163,17 @@ func (r *Redis) Ping(ctx context.Context) error {
 
 // Close stops every subscription, waits for their goroutines and closes
 // the client. It is idempotent.
-// PoolConns is the number of connections the client holds to Redis (its
-// pool grows under load and keeps idle connections).
-func (r *Redis) PoolConns() int { return int(r.c.PoolStats().TotalConns) }
+// PoolConns is the number of connections the client holds to Redis: its
+// command and pipeline pools (which grow under load and keep idle
+// connections) and its Pub/Sub connections.
+func (r *Redis) PoolConns() int {
+	s := r.c.PoolStats()
+	n := s.TotalConns + s.PubSubStats.Active
+	if s.PipelineStats != nil {
+		n += s.PipelineStats.TotalConns
+	}
+	return int(n)
+}
 
 func (r *Redis) Close() error {
 	r.mu.Lock()
