@@ -33,6 +33,7 @@ type NodeSample struct {
 	CPUSeconds       float64 `json:"cpu_seconds"`              // process_cpu_seconds_total
 	GCCycles         float64 `json:"gc_cycles"`                // go_gc_duration_seconds_count
 	GCPauseSeconds   float64 `json:"gc_pause_seconds"`         // go_gc_duration_seconds_sum
+	GCCPUSeconds     float64 `json:"gc_cpu_seconds"`           // go_cpu_classes_gc_total_cpu_seconds_total
 	GCPauseMax       float64 `json:"gc_pause_max_seconds"`     // go_gc_duration_seconds{quantile="1"}
 	Connections      float64 `json:"connections"`              // wsgate_connections
 	ConnectionsTotal float64 `json:"connections_total"`        // wsgate_connections_total
@@ -133,6 +134,8 @@ func (ns *NodeSample) parse(r io.Reader) error {
 			ns.GCCycles = v
 		case "go_gc_duration_seconds_sum":
 			ns.GCPauseSeconds = v
+		case "go_cpu_classes_gc_total_cpu_seconds_total":
+			ns.GCCPUSeconds = v
 		case "go_gc_duration_seconds":
 			if labelValue(labels, "quantile") == "1" {
 				ns.GCPauseMax = v
@@ -241,6 +244,7 @@ func sumSamples(ss []NodeSample) NodeSample {
 		t.CPUSeconds += s.CPUSeconds
 		t.GCCycles += s.GCCycles
 		t.GCPauseSeconds += s.GCPauseSeconds
+		t.GCCPUSeconds += s.GCCPUSeconds
 		t.GCPauseMax = max(t.GCPauseMax, s.GCPauseMax)
 		t.Connections += s.Connections
 		t.ConnectionsTotal += s.ConnectionsTotal

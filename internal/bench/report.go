@@ -187,6 +187,8 @@ type Derived struct {
 	GCCycles           float64 `json:"gc_cycles"`
 	GCPauseTotalS      float64 `json:"gc_pause_total_s"`
 	GCPauseMaxS        float64 `json:"gc_pause_max_s"`
+	GCCPUS             float64 `json:"gc_cpu_s"`     // CPU the GC used, baseline to end
+	GCCPUShare         float64 `json:"gc_cpu_share"` // of the nodes' CPU, baseline to end
 	HandshakesRejected float64 `json:"handshakes_rejected"`
 }
 
@@ -485,6 +487,10 @@ func (r *runner) derive(rep *Report) Derived {
 	d.GCCycles = e.GCCycles - b.GCCycles
 	d.GCPauseTotalS = e.GCPauseSeconds - b.GCPauseSeconds
 	d.GCPauseMaxS = e.GCPauseMax
+	d.GCCPUS = e.GCCPUSeconds - b.GCCPUSeconds
+	if cpu := e.CPUSeconds - b.CPUSeconds; cpu > 0 {
+		d.GCCPUShare = d.GCCPUS / cpu
+	}
 	d.HandshakesRejected = e.HandshakeReject - b.HandshakeReject
 	return d
 }
@@ -700,7 +706,8 @@ func (rep *Report) writeDerived(tw io.Writer, d Derived) {
 	if rep.Scenario != ScenarioConnect {
 		fmt.Fprintf(tw, "  load phase\t%.2fs\tCPU %.2fs\t%.2f cores\n", d.LoadS, d.LoadCPUSeconds, d.LoadCPUCores)
 	}
-	fmt.Fprintf(tw, "  GC\t%.0f cycles\tpauses %s total\tmax %s\n", d.GCCycles, fmtSeconds(d.GCPauseTotalS), fmtSeconds(d.GCPauseMaxS))
+	fmt.Fprintf(tw, "  GC\t%.0f cycles\tpauses %s total\tmax %s\tGC CPU ~%s (the runtime's estimate, ~%.1f %% of the nodes' CPU)\n",
+		d.GCCycles, fmtSeconds(d.GCPauseTotalS), fmtSeconds(d.GCPauseMaxS), fmtSeconds(d.GCCPUS), 100*d.GCCPUShare)
 	if rep.Messages != nil {
 		fmt.Fprintf(tw, "  CPU per delivered message\t%s\t(%.0f delivered, %.0f dropped, %.0f queue full)\n",
 			fmtSeconds(d.CPUPerDeliveredS), d.ServerDelivered, d.ServerDropped, d.ServerQueueFull)

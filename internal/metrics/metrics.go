@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"net/http"
+	"regexp"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -55,7 +56,11 @@ const (
 // New creates and registers every collector.
 func New() *Metrics {
 	r := prometheus.NewRegistry()
-	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The default Go metrics plus the GC's CPU time (go_cpu_classes_gc_total_cpu_seconds_total),
+	// so that load tests can report GC CPU next to the pauses.
+	gcCPU := collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/gc/total:cpu-seconds$`)}
+	r.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPU)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := func(c prometheus.Collector) { r.MustRegister(c) }
 	m := &Metrics{Registry: r}
 	m.Connections = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_connections", Help: "Open WebSocket connections on this node."})
