@@ -176,27 +176,51 @@ func (c *conn) waitNotify(d *delivery) {
 
 // catchUp fills a hole in the reliable sequence from the inbox, then
 // releases what was held meanwhile.
+//
+// A failed read is retried (the backend is often just coming back when a
+// hole appears: the bus lost the message during the same outage), with
+// live messages held meanwhile; only after catchUpRetries, or once the
+// held messages fill the send queue, does the connection go on without
+// the missing ones.
 func (c *conn) catchUp() {
-	c.mu.Lock()
-	since := c.lastSeq
-	c.mu.Unlock()
-	ctx, cancel := c.n.bctx(c.n.ctx)
-	rd, err := c.n.backend.ReadInbox(ctx, c.user, since, c.n.inboxOpts())
-	cancel()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state >= stClosing || c.x == nil {
+	delay := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		c.mu.Lock()
+		since := c.lastSeq
+		c.mu.Unlock()
+		ctx, cancel := c.n.bctx(c.n.ctx)
+		rd, err := c.n.backend.ReadInbox(ctx, c.user, since, c.n.inboxOpts())
+		cancel()
+		c.mu.Lock()
+		if c.state >= stClosing || c.x == nil {
+			c.mu.Unlock()
+			return
+		}
+		if err != nil && attempt < catchUpRetries && len(c.x.held) < c.n.cfg.SendQueue && c.n.ctx.Err() == nil {
+			c.mu.Unlock()
+			c.logger().Info("inbox catch-up failed; retrying", "err", err, "in", delay)
+			select {
+			case <-time.After(delay):
+			case <-c.n.ctx.Done():
+			}
+			delay = min(2*delay, 2*time.Second)
+			continue
+		}
+		if err != nil {
+			c.logger().Warn("inbox catch-up failed; delivering what arrived", "err", err)
+		} else {
+			c.queueInboxLocked(rd.Messages)
+		}
+		held := c.x.held
+		c.x.held, c.x.catchUp = nil, false
+		c.releaseLocked(held)
+		c.mu.Unlock()
 		return
 	}
-	if err != nil {
-		c.logger().Warn("inbox catch-up failed; delivering what arrived", "err", err)
-	} else {
-		c.queueInboxLocked(rd.Messages)
-	}
-	held := c.x.held
-	c.x.held, c.x.catchUp = nil, false
-	c.releaseLocked(held)
 }
+
+// catchUpRetries bounds the retries of a failed catch-up (about 13 s).
+const catchUpRetries = 10
 
 // releaseLocked queues held deliveries in order after a resume or a
 // catch-up. A hole that remains (the message was acknowledged by another

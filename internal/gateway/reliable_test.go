@@ -2,13 +2,17 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -156,5 +160,45 @@ func TestSinceAboveInboxSeqHoldsForLiveMessages(t *testing.T) {
 	}
 	if got := seqs(t, c, 5); len(got) != 2 || got[0] != 4 {
 		t.Fatalf("since=3 got %v, want [4 5]", got)
+	}
+}
+
+// flakyInbox is the embedded backend with its next inbox reads failing,
+// as right after Redis came back, when a pooled connection is still the
+// one the restart broke.
+type flakyInbox struct {
+	cluster.Backend
+	fails atomic.Int32
+}
+
+func (f *flakyInbox) ReadInbox(ctx context.Context, user string, since int64, opt cluster.InboxOptions) (cluster.InboxRead, error) {
+	if f.fails.Add(-1) >= 0 {
+		return cluster.InboxRead{}, errors.New("connection reset by peer")
+	}
+	return f.Backend.ReadInbox(ctx, user, since, opt)
+}
+
+// A hole in the live sequence whose catch-up read fails is filled once
+// the backend answers again, not skipped.
+func TestCatchUpRetriesAFailedInboxRead(t *testing.T) {
+	b := &flakyInbox{Backend: cluster.NewMemory()}
+	n := startNodeWith(t, b, nil)
+	c := n.connect(t, "hole", "")
+	if s := reliable(t, n, "hole", 1); s != 1 {
+		t.Fatalf("first seq %d", s)
+	}
+	// Seq 2 reaches the inbox but not the connection (as when the bus
+	// lost it); seq 3 then arrives live and shows the hole.
+	msg := protocol.Message{ID: "lost", Event: "r", Data: raw("2"), TS: time.Now().UnixMilli(), Target: protocol.Target{Type: "user", ID: "hole"}}
+	if _, err := b.AppendInbox(context.Background(), "hole", protocol.AppendMessageJSON(nil, &msg), n.inboxOpts()); err != nil {
+		t.Fatal(err)
+	}
+	b.fails.Store(2)
+	reliable(t, n, "hole", 3)
+	if got := seqs(t, c, 3); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("seqs %v, want [1 2 3]", got)
+	}
+	if b.fails.Load() >= 0 {
+		t.Fatal("the inbox reads did not fail as arranged")
 	}
 }
