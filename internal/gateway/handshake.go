@@ -21,7 +21,6 @@ import (
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/netpoll"
-	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -54,8 +53,11 @@ func (f *refusal) retryAfterSecs() int {
 	return max(1, int((f.retryAfter+time.Second-1)/time.Second))
 }
 
-func (f *refusal) body() []byte {
-	b, _ := json.Marshal(map[string]protocol.ErrorBody{"error": {Code: f.code, Message: f.msg}})
+func (f *refusal) body() []byte { return errorJSON(f.code, f.msg) }
+
+// errorJSON is the body of every refused request (contract §3, §5).
+func errorJSON(code, msg string) []byte {
+	b, _ := json.Marshal(map[string]protocol.ErrorBody{"error": {Code: code, Message: msg}})
 	return append(b, '\n')
 }
 
@@ -65,15 +67,13 @@ func (n *Node) refuse(w http.ResponseWriter, f *refusal) {
 	if s := f.retryAfterSecs(); s > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(s))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(f.status)
-	w.Write(f.body())
+	writeError(w, f.status, f.code, f.msg)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]protocol.ErrorBody{"error": {Code: code, Message: msg}})
+	w.Write(errorJSON(code, msg))
 }
 
 func isUpgrade(r *http.Request) bool {
@@ -537,4 +537,3 @@ func (n *Node) forget(c *conn) {
 	}
 }
 
-var _ = wsframe.PingFrame

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -244,4 +243,3 @@ func pub(t testing.TB, n *testNode, r PublishRequest) PublishResult {
 
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
 
-var _ = fmt.Sprintf
