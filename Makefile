@@ -1,9 +1,9 @@
 # wsgate: build, test, fuzz, bench.
 #
 #   make test    installs what the tests need (redis-server, Chromium), then runs
-#                vet, every test with the race detector, and the contract suite
+#                gofmt, vet, every test with the race detector, and the contract suite
 #   make build   bin/wsgate
-#   make fuzz    runs each fuzz target for FUZZTIME (default 30s)
+#   make fuzz    runs every fuzz target for FUZZTIME (default 30s)
 #   make bench   the Go benchmarks of the hot paths
 
 GO       ?= go
@@ -23,6 +23,7 @@ deps:
 	@scripts/install-test-deps.sh
 
 vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
 test: deps vet test-go conformance
@@ -38,10 +39,16 @@ conformance: build
 		echo "contract suite not found at $(SHARED)/conformance: skipped"; \
 	fi
 
+# Every fuzz target of the tree (found by name, so a new one is never left
+# out), each for FUZZTIME; the seed corpora live in each package's testdata/fuzz.
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzParseHeader -fuzztime $(FUZZTIME) ./internal/wsframe/
-	$(GO) test -run XXX -fuzz FuzzDecodeClient -fuzztime $(FUZZTIME) ./protocol/
-	$(GO) test -run XXX -fuzz FuzzVerify -fuzztime $(FUZZTIME) ./internal/auth/
+	@set -e; grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r f; do \
+		dir=$$(dirname "$$f"); \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
+			echo "fuzz $$target ($$dir)"; \
+			$(GO) test -run XXX -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$dir"; \
+		done; \
+	done
 
 bench:
 	$(GO) test -run XXX -bench . -benchmem ./protocol/ ./internal/wsframe/ ./internal/auth/ ./internal/gateway/ ./internal/cluster/

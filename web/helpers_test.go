@@ -351,7 +351,13 @@ func jsString(s string) string {
 }
 
 // docsImage is where the screenshots of docs/ go.
+// docsImage is where a screenshot goes: docs/img when
+// WSGATE_UPDATE_SCREENSHOTS=1 (to refresh the docs' pictures), else the
+// temporary directory, so that a test run leaves the tree as it was.
 func docsImage(name string) string {
+	if os.Getenv("WSGATE_UPDATE_SCREENSHOTS") != "1" {
+		return filepath.Join(os.TempDir(), "wsgate-"+name)
+	}
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "docs", "img", name)
 }

@@ -536,4 +536,3 @@ func (n *Node) forget(c *conn) {
 		n.dropInterest(emptied)
 	}
 }
-
