@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/wsframe"
@@ -97,9 +98,16 @@ type fragment struct {
 
 // connExtra holds what only a busy or unusual connection needs; under mu.
 type connExtra struct {
-	inq     []*protocol.ClientFrame // frames waiting for the inbound goroutine
-	held    []*delivery             // live deliveries held while resuming
-	catchUp bool                    // an inbox catch-up is running
+	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
+	held []*delivery             // live deliveries held while resuming or catching up, in arrival order
+
+	// Catch-up mode (see catchUp in deliver.go).
+	catchUp  bool                   // a catch-up goroutine is filling the reliable sequence
+	needRead bool                   // a reliable message is missing: read the inbox
+	since    int64                  // Unix s catch-up began (the sweep bounds it)
+	readTo   int64                  // inbox last seq at the last read: every seq up to it was read, reported as a gap or acknowledged
+	pending  []cluster.InboxMessage // read from the inbox, not queued yet
+	room     chan struct{}          // closed when the queue drains (a catch-up waits for room)
 }
 
 func (c *conn) extra() *connExtra {
@@ -288,6 +296,9 @@ func (c *conn) writeOutLocked() {
 		if rest == 0 && cap(c.outq) > 64 {
 			c.outq = nil
 		}
+		if c.x != nil && rest < c.n.cfg.SendQueue {
+			c.wakeCatchUpLocked()
+		}
 	}
 }
 
@@ -326,8 +337,9 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 	c.n.metrics.Closes.WithLabelValues(itoa(code)).Inc()
 	c.outq = append(c.outq, wsframe.CloseFrame(code, reason))
 	if c.x != nil {
-		c.x.held = nil
+		c.x.held, c.x.pending = nil, nil
 	}
+	c.wakeCatchUpLocked()
 	c.logger().Info("closing connection", "code", code, "reason", reason)
 	if wasResuming || (!c.writing && !c.waitOut) {
 		c.scheduleWriteLocked()
@@ -358,8 +370,9 @@ func (c *conn) teardownLocked(why string) {
 	}
 	c.outq, c.wbuf = nil, nil
 	if c.x != nil {
-		c.x.held = nil // queued acks (inq) still run: see runInbound
+		c.x.held, c.x.pending = nil, nil // queued acks (inq) still run: see runInbound
 	}
+	c.wakeCatchUpLocked()
 	c.logger().Debug("connection ended", "why", why)
 	// Everything else outside the lock, off this goroutine.
 	go c.n.forget(c)

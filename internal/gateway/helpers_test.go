@@ -242,4 +242,3 @@ func pub(t testing.TB, n *testNode, r PublishRequest) PublishResult {
 }
 
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
-

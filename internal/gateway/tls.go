@@ -69,6 +69,7 @@ func (c *conn) tlsWriter() {
 			}
 			bufs := c.outq
 			c.outq = nil
+			c.wakeCatchUpLocked()
 			if len(bufs) == 0 {
 				c.writing = false
 				closing := c.state == stClosing
