@@ -160,6 +160,9 @@ func (n *Node) onBus(payload []byte) {
 		if e.TType == protocol.TargetBroadcast && e.Origin == n.cfg.NodeID {
 			return // delivered locally at publish time
 		}
+		if n.loseBus != nil && n.loseBus(e.Seq) {
+			return
+		}
 		n.deliverLocal(protocol.Target{Type: e.TType, ID: e.TID}, newDelivery(body, class(e.Class), e.Seq, e.PubAt))
 	case kindMessages:
 		for len(body) > 0 {
@@ -168,7 +171,9 @@ func (n *Node) onBus(payload []byte) {
 				n.log.Warn("malformed record in a bus batch envelope; rest of the envelope ignored", "bytes", len(body))
 				return
 			}
-			n.deliverLocal(rec.target, newDelivery(rec.body, rec.class, rec.seq, rec.pubAt))
+			if n.loseBus == nil || !n.loseBus(rec.seq) {
+				n.deliverLocal(rec.target, newDelivery(rec.body, rec.class, rec.seq, rec.pubAt))
+			}
 			body = rest
 		}
 	case kindKick:

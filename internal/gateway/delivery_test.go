@@ -14,6 +14,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -157,4 +158,53 @@ func TestReliableSurvivesBackpressureEveryClass(t *testing.T) {
 			})
 		}
 	}
+}
+
+// pausedConnect is the embedded backend with Connect paused after its
+// read, until released: the connection stays in its resume meanwhile.
+type pausedConnect struct {
+	cluster.Backend
+	user    string
+	read    chan struct{}
+	release chan struct{}
+}
+
+func (p *pausedConnect) Connect(ctx context.Context, route cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions) (cluster.ConnectResult, error) {
+	cr, err := p.Backend.Connect(ctx, route, ttl, since, opt)
+	if route.User == p.user {
+		close(p.read)
+		<-p.release
+	}
+	return cr, err
+}
+
+// A message that reached the inbox but whose bus copy was lost while the
+// connection was resuming is fetched before the held later one: the
+// resume path fills holes as an open connection does.
+func TestResumeFillsAHoleSeenInHeldMessages(t *testing.T) {
+	b := &pausedConnect{Backend: cluster.NewMemory(), user: "resumer", read: make(chan struct{}), release: make(chan struct{})}
+	pubNode := startNodeWith(t, b, nil)
+	connNode := startNodeWith(t, b, func(c *config.Gateway) { c.NodeID = "t2" })
+	connNode.loseBus = func(seq int64) bool { return seq == 1 }
+	dialed := make(chan *rawConn, 1)
+	go func() { dialed <- dialRaw(t, connNode.addr, "resumer", "") }()
+	<-b.read // the replay is read (empty); the route is stored
+	reliable(t, pubNode, "resumer", 1)
+	reliable(t, pubNode, "resumer", 2)
+	eventually(t, 5*time.Second, "seq 2 held by the resuming connection", func() bool {
+		cs := connNode.hub.userConns("resumer")
+		if len(cs) != 1 {
+			return false
+		}
+		cs[0].mu.Lock()
+		defer cs[0].mu.Unlock()
+		return cs[0].x != nil && len(cs[0].x.held) == 1
+	})
+	close(b.release)
+	c := <-dialed
+	var got []int64
+	if code := c.readSeqs(&got, 2); code != 0 {
+		t.Fatalf("read ended with %d after %v", code, got)
+	}
+	checkWhole(t, got, 2)
 }

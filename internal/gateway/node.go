@@ -63,6 +63,8 @@ type Node struct {
 
 	interestMu sync.Mutex // orders this node's room interest writes
 
+	loseBus func(seq int64) bool // tests only: true loses the bus message of that seq
+
 	startedAt time.Time
 	status    atomic.Value // cluster.NodeStatus
 	weight    atomic.Int32
