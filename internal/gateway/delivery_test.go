@@ -16,6 +16,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/testutil/redistest"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -202,6 +203,70 @@ func TestResumeFillsAHoleSeenInHeldMessages(t *testing.T) {
 	})
 	close(b.release)
 	c := <-dialed
+	var got []int64
+	if code := c.readSeqs(&got, 2); code != 0 {
+		t.Fatalf("read ended with %d after %v", code, got)
+	}
+	checkWhole(t, got, 2)
+}
+
+// redisBackend is a backend on srv with the key prefix shared by the
+// nodes of one test, closed after them.
+func redisBackend(t *testing.T, srv *redistest.Server, prefix string) *cluster.Redis {
+	t.Helper()
+	r, err := cluster.NewRedis(context.Background(), cluster.RedisOptions{URL: srv.URL(), Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// Redis drops the nodes' Pub/Sub connections (CLIENT KILL TYPE pubsub, as
+// the output-buffer limit does) while reliable messages are published to
+// a user on another node: every seq arrives, in order, without any later
+// message being published and without a reconnect.
+func TestSubscriberLossIsCaughtUpWithoutALaterMessage(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Options{})
+	pubNode := startNodeWith(t, redisBackend(t, srv, "subloss"), nil)
+	connNode := startNodeWith(t, redisBackend(t, srv, "subloss"), func(c *config.Gateway) { c.NodeID = "t2" })
+	c := dialRaw(t, connNode.addr, "far", "")
+	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
+	var got []int64
+	reliable(t, pubNode, "far", 0)
+	if code := c.readSeqs(&got, 1); code != 0 {
+		t.Fatalf("first message: read ended with %d", code)
+	}
+	admin := srv.Client()
+	defer admin.Close()
+	ctx := context.Background()
+	const total = 30
+	for i := 2; i <= total; i++ {
+		if i%10 == 2 {
+			if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reliable(t, pubNode, "far", i)
+	}
+	if code := c.readSeqs(&got, total); code != 0 {
+		t.Fatalf("read ended with %d after %v", code, got)
+	}
+	checkWhole(t, got, total)
+}
+
+// A bus copy lost on the way, with no later message for the user and no
+// reconnect, still arrives: the node checks its connections against their
+// users' last seqs every few seconds.
+func TestLostBusCopyArrivesWithoutALaterMessage(t *testing.T) {
+	b := cluster.NewMemory()
+	pubNode := startNodeWith(t, b, nil)
+	connNode := startNodeWith(t, b, func(c *config.Gateway) { c.NodeID = "t2" })
+	connNode.loseBus = func(seq int64) bool { return seq == 2 }
+	c := dialRaw(t, connNode.addr, "quiet", "")
+	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
+	reliable(t, pubNode, "quiet", 1)
+	reliable(t, pubNode, "quiet", 2)
 	var got []int64
 	if code := c.readSeqs(&got, 2); code != 0 {
 		t.Fatalf("read ended with %d after %v", code, got)

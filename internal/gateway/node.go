@@ -63,6 +63,9 @@ type Node struct {
 
 	interestMu sync.Mutex // orders this node's room interest writes
 
+	behindRunning atomic.Bool // catchUpBehind is running
+	behindAgain   atomic.Bool // and must run once more
+
 	loseBus func(seq int64) bool // tests only: true loses the bus message of that seq
 
 	startedAt time.Time

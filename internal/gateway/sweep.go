@@ -37,6 +37,9 @@ func (n *Node) sweepLoop() {
 		for _, c := range n.hub.all() {
 			n.sweepOne(c, now, interval, pongTimeout)
 		}
+		if now%catchUpEvery == 0 {
+			n.catchUpBehind()
+		}
 		// After a burst of connects (a deploy, a reconnect storm) the heap
 		// holds the handshakes' garbage and Go returns it to the kernel
 		// only slowly: once the burst is over, give it back at once, so
