@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -334,7 +335,7 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 	wasResuming := c.state == stResuming
 	c.state = stClosing
 	c.closingSince = time.Now().Unix()
-	c.n.metrics.Closes.WithLabelValues(itoa(code)).Inc()
+	c.n.metrics.Closes.WithLabelValues(closeLabel(code)).Inc()
 	c.outq = append(c.outq, wsframe.CloseFrame(code, reason))
 	if c.x != nil {
 		c.x.held, c.x.pending = nil, nil
@@ -387,19 +388,17 @@ func writev(fd int, bufs [][]byte) (int, error) {
 
 var errClosed = errors.New("connection closed")
 
-func itoa(v int) string {
-	if v >= 0 && v < 10000 {
-		var b [5]byte
-		i := len(b)
-		for {
-			i--
-			b[i] = byte('0' + v%10)
-			v /= 10
-			if v == 0 {
-				break
-			}
-		}
-		return string(b[i:])
+// closeLabel is the metric label of a close code: the code for those of
+// RFC 6455 and the contract, "other" for the rest (a client's own code in
+// 3000-4999, echoed back, must not create a label of its own).
+func closeLabel(code int) string {
+	switch code {
+	case protocol.CloseDraining, protocol.CloseDisconnected, protocol.CloseSlowConsumer,
+		protocol.CloseReplaced, protocol.CloseTokenExpired, protocol.CloseRateLimited:
+		return strconv.Itoa(code)
+	}
+	if code >= 1000 && code <= 1015 {
+		return strconv.Itoa(code)
 	}
 	return "other"
 }

@@ -273,3 +273,49 @@ func TestLostBusCopyArrivesWithoutALaterMessage(t *testing.T) {
 	}
 	checkWhole(t, got, 2)
 }
+
+// A client's close is answered with its code when the code is one a peer
+// may send, 1002 when not or for a 1-byte payload, 1007 for a reason that
+// is not UTF-8 (contract 4.4); the codes clients choose share one metric
+// label.
+func TestClientCloseCodes(t *testing.T) {
+	n := startNode(t, nil)
+	body := func(code int, reason string) []byte { return ws.NewCloseFrameBody(ws.StatusCode(code), reason) }
+	for _, tc := range []struct {
+		name    string
+		payload []byte
+		want    int
+	}{
+		{"no payload", nil, 1000},
+		{"1-byte payload", []byte{3}, 1002},
+		{"1000", body(1000, "bye"), 1000},
+		{"1001", body(1001, ""), 1001},
+		{"1003", body(1003, ""), 1003},
+		{"1004 reserved", body(1004, ""), 1002},
+		{"1005 not on the wire", body(1005, ""), 1002},
+		{"1006 not on the wire", body(1006, ""), 1002},
+		{"1007", body(1007, ""), 1007},
+		{"1014", body(1014, ""), 1014},
+		{"1015 not on the wire", body(1015, ""), 1002},
+		{"999", body(999, ""), 1002},
+		{"2999", body(2999, ""), 1002},
+		{"3000", body(3000, ""), 3000},
+		{"4999", body(4999, ""), 4999},
+		{"5000", body(5000, ""), 1002},
+		{"invalid UTF-8 reason", append(body(1000, ""), 0xff, 0xfe), 1007},
+	} {
+		c := n.connect(t, "closer", "")
+		c.sendRaw(ws.OpClose, tc.payload)
+		if got := c.waitClosed(5 * time.Second); got != tc.want {
+			t.Errorf("%s: answered %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	for _, label := range []string{"3000", "4999", "5000"} {
+		if got := counterValue(t, n, "wsgate_connection_closes_total", label); got != 0 {
+			t.Errorf("a close label %q exists (%v)", label, got)
+		}
+	}
+	if got := counterValue(t, n, "wsgate_connection_closes_total", "other"); got != 2 {
+		t.Errorf("closes labelled other: %v, want 2 (3000 and 4999)", got)
+	}
+}
