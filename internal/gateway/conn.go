@@ -208,8 +208,13 @@ func (c *conn) scheduleWriteLocked() {
 }
 
 func (n *Node) writeLoop() {
-	for c := range n.writers {
-		c.flush()
+	for {
+		select {
+		case c := <-n.writers:
+			c.flush()
+		case <-n.ctx.Done():
+			return
+		}
 	}
 }
 

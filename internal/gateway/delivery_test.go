@@ -17,6 +17,7 @@ import (
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
+	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -318,4 +319,19 @@ func TestClientCloseCodes(t *testing.T) {
 	if got := counterValue(t, n, "wsgate_connection_closes_total", "other"); got != 2 {
 		t.Errorf("closes labelled other: %v, want 2 (3000 and 4999)", got)
 	}
+}
+
+// A connection that wants a writer after Shutdown (one still in its
+// handshake, a late catch-up or fan-out flush) does not crash the node:
+// the writers' channel is never closed under a sender.
+func TestKickAfterShutdown(t *testing.T) {
+	n := startNode(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.Shutdown(ctx)
+	c := &conn{n: n.Node, fd: -1, state: stOpen}
+	c.mu.Lock()
+	c.outq = [][]byte{wsframe.PingFrame}
+	c.kickLocked()
+	c.mu.Unlock()
 }

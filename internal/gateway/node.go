@@ -248,8 +248,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = n.backend.RemoveNode(rctx, n.cfg.NodeID)
 	cancel()
-	n.cancel()
-	close(n.writers)
+	n.cancel() // ends the writers (the channel stays open: a late kick may still send on it)
 	n.wg.Wait()
 	n.poller.Close()
 	return nil
