@@ -71,6 +71,7 @@ type conn struct {
 
 	outq [][]byte  // queued frames, each a whole WebSocket frame
 	wbuf []byte    // unsent rest of a short write
+	lat  []latMark // live message frames in wbuf and outq, in order, for the latency histogram
 	rbuf []byte    // unparsed inbound bytes (a split frame); reader only
 	frag *fragment // a fragmented message being assembled; reader only
 	x    *connExtra
@@ -89,6 +90,57 @@ type conn struct {
 	rateCount int32
 	badCount  int32 // refused frames in the current minute
 	badMinute int64
+}
+
+// latMark ties a live message frame queued in outq (by its first byte:
+// the frame is shared, never copied, until written) to its publish time.
+// Marks of frames moved into wbuf by a short write have no frame and come
+// first.
+type latMark struct {
+	frame *byte
+	pubAt int64 // Unix ns
+}
+
+// markLocked records that frame, just queued, is a live message published
+// at pubAt: its delivery latency is observed when it is written.
+func (c *conn) markLocked(frame []byte, pubAt int64) {
+	if pubAt > 0 {
+		c.lat = append(c.lat, latMark{&frame[0], pubAt})
+	}
+}
+
+// observeWrittenLocked records the delivery latency of the marked frames
+// among bufs (just handed to writev) that were written whole; the marks
+// of the others, now in wbuf, wait for it (observeWbufLocked).
+func (c *conn) observeWrittenLocked(bufs [][]byte, whole int) {
+	now := time.Now().UnixNano()
+	kept := 0
+	for i, b := range bufs {
+		if len(c.lat) == kept {
+			break
+		}
+		if &b[0] != c.lat[kept].frame {
+			continue
+		}
+		if i < whole {
+			c.n.metrics.DeliveryLatency.Observe(float64(now-c.lat[kept].pubAt) / 1e9)
+			c.lat = append(c.lat[:kept], c.lat[kept+1:]...)
+		} else {
+			c.lat[kept].frame = nil
+			kept++
+		}
+	}
+}
+
+// observeWbufLocked records the latency of the frames wbuf held, now
+// written.
+func (c *conn) observeWbufLocked() {
+	now := time.Now().UnixNano()
+	i := 0
+	for ; i < len(c.lat) && c.lat[i].frame == nil; i++ {
+		c.n.metrics.DeliveryLatency.Observe(float64(now-c.lat[i].pubAt) / 1e9)
+	}
+	c.lat = append(c.lat[:0], c.lat[i:]...)
 }
 
 // fragment is a fragmented client message being assembled.
@@ -260,6 +312,9 @@ func (c *conn) writeOutLocked() {
 			}
 			c.wbuf = nil
 			c.pendingSince = 0
+			if len(c.lat) > 0 {
+				c.observeWbufLocked()
+			}
 		}
 		if len(c.outq) == 0 {
 			return
@@ -278,15 +333,17 @@ func (c *conn) writeOutLocked() {
 			return
 		}
 		n = max(n, 0)
+		whole := len(bufs)
 		if n < total {
 			// Keep the unsent bytes, in order, in one buffer.
 			var w []byte
 			skip := n
-			for _, b := range bufs {
+			for i, b := range bufs {
 				if skip >= len(b) {
 					skip -= len(b)
 					continue
 				}
+				whole = min(whole, i)
 				w = append(w, b[skip:]...)
 				skip = 0
 			}
@@ -295,12 +352,25 @@ func (c *conn) writeOutLocked() {
 				c.pendingSince = time.Now().Unix()
 			}
 		}
+		if len(c.lat) > 0 {
+			c.observeWrittenLocked(bufs, whole)
+		}
 		rest := len(c.outq) - len(bufs)
 		copy(c.outq, c.outq[len(bufs):])
 		clear(c.outq[rest:])
 		c.outq = c.outq[:rest]
-		if rest == 0 && cap(c.outq) > 64 {
-			c.outq = nil
+		if rest == 0 {
+			if cap(c.outq) > 64 {
+				c.outq = nil
+			}
+			if len(c.wbuf) == 0 {
+				// Every mark was of a frame written (or, defensively,
+				// of one gone).
+				c.lat = c.lat[:0]
+				if cap(c.lat) > 64 {
+					c.lat = nil
+				}
+			}
 		}
 		if c.x != nil && rest < c.n.cfg.SendQueue {
 			c.wakeCatchUpLocked()
@@ -374,7 +444,7 @@ func (c *conn) teardownLocked(why string) {
 		c.n.poller.Unregister(c.fd, c.token)
 		unix.Close(c.fd)
 	}
-	c.outq, c.wbuf = nil, nil
+	c.outq, c.wbuf, c.lat = nil, nil, nil
 	if c.x != nil {
 		c.x.held, c.x.pending = nil, nil // queued acks (inq) still run: see runInbound
 	}

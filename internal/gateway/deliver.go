@@ -60,9 +60,6 @@ func (n *Node) deliverAll(conns []*conn, d *delivery) {
 	} else {
 		n.fanOut(conns, d)
 	}
-	if len(conns) > 0 && d.pubAt > 0 {
-		n.metrics.DeliveryLatency.Observe(float64(time.Now().UnixNano()-d.pubAt) / 1e9)
-	}
 }
 
 // A fan-out to at least fanOutBatch connections queues the message on all
@@ -142,13 +139,7 @@ func (c *conn) deliverLocked(d *delivery) bool {
 		return false
 	}
 	if d.seq == 0 {
-		fr := d.frame(c.format)
-		if fr == nil {
-			c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
-			return false
-		}
-		_, wait := c.enqueueLocked(fr, d.class)
-		return wait
+		return c.queueLiveLocked(d)
 	}
 	if c.x != nil && c.x.catchUp {
 		c.holdLocked(d)
@@ -183,6 +174,21 @@ func (c *conn) deliverLocked(d *delivery) bool {
 	return false
 }
 
+// queueLiveLocked queues non-reliable d under the class rules; it returns
+// true when a notify message must wait for room.
+func (c *conn) queueLiveLocked(d *delivery) bool {
+	fr := d.frame(c.format)
+	if fr == nil {
+		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
+		return false
+	}
+	ok, wait := c.enqueueLocked(fr, d.class)
+	if ok {
+		c.markLocked(fr, d.pubAt)
+	}
+	return wait
+}
+
 // roomLocked reports whether the send queue takes one more message. A
 // full queue whose socket is not full is written first: the writer has
 // just not run yet, which does not make the client slow.
@@ -204,6 +210,7 @@ func (c *conn) queueReliableLocked(d *delivery) {
 		return
 	}
 	c.outq = append(c.outq, fr)
+	c.markLocked(fr, d.pubAt)
 	c.n.metrics.Delivered.Inc()
 }
 
@@ -218,6 +225,7 @@ func (c *conn) waitNotify(d *delivery) {
 		ok := c.state == stOpen && c.roomLocked()
 		if ok {
 			c.outq = append(c.outq, fr)
+			c.markLocked(fr, d.pubAt)
 			c.n.metrics.Delivered.Inc()
 			c.kickLocked()
 		}
@@ -379,10 +387,8 @@ func (c *conn) advanceLocked() catchUpStep {
 		if d.seq == 0 {
 			// Held while resuming: the class rules apply as usual.
 			x.held = x.held[1:]
-			if fr := d.frame(c.format); fr != nil {
-				if _, wait := c.enqueueLocked(fr, d.class); wait {
-					go c.waitNotify(d)
-				}
+			if c.queueLiveLocked(d) {
+				go c.waitNotify(d)
 			}
 			continue
 		}

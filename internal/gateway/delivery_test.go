@@ -335,3 +335,62 @@ func TestKickAfterShutdown(t *testing.T) {
 	c.kickLocked()
 	c.mu.Unlock()
 }
+
+func histogramCount(t *testing.T, n *testNode, name string) uint64 {
+	t.Helper()
+	mfs, err := n.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+// wsgate_delivery_latency_seconds has one sample per live message written
+// to a socket (per connection, also after a short write), none for a
+// replay (contract 16).
+func TestDeliveryLatencyOneSamplePerWrittenLiveMessage(t *testing.T) {
+	n := startNode(t, nil)
+	a1, a2 := n.connect(t, "lat", ""), n.connect(t, "lat", "")
+	for i := 1; i <= 10; i++ {
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "lat"}, Event: "e", Data: raw("1")})
+		reliable(t, n, "lat", i)
+	}
+	for _, c := range []*wsClient{a1, a2} {
+		seqs(t, c, 10)
+	}
+	// A replay is not a live delivery.
+	for i := 1; i <= 5; i++ {
+		reliable(t, n, "offline", i)
+	}
+	seqs(t, n.connect(t, "offline", ""), 5)
+	// A client that does not read for a while: short writes leave frames
+	// in the unsent buffer, written later.
+	big := dialRaw(t, n.addr, "big", "")
+	eventually(t, 5*time.Second, "connected", func() bool { return len(n.hub.userConns("big")) == 1 })
+	payload := raw(`"` + strings.Repeat("x", 60000) + `"`)
+	const bigN = 150
+	for i := 1; i <= bigN; i++ {
+		reliable := i == bigN // the last one marks the end
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "big"}, Event: "e", Data: payload, Reliable: reliable})
+	}
+	var got []int64
+	if code := big.readSeqs(&got, 1); code != 0 {
+		t.Fatalf("big: read ended with %d", code)
+	}
+	const want = 2*20 + bigN
+	eventually(t, 5*time.Second, "latency samples", func() bool {
+		c := histogramCount(t, n, "wsgate_delivery_latency_seconds")
+		if c > want {
+			t.Fatalf("%d latency samples, want %d", c, want)
+		}
+		return c == want
+	})
+	if d := counterValue(t, n, "wsgate_messages_delivered_total", ""); d != want+5 {
+		t.Fatalf("delivered %v, want %d live and 5 replayed", d, want)
+	}
+}
