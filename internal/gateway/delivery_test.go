@@ -394,3 +394,24 @@ func TestDeliveryLatencyOneSamplePerWrittenLiveMessage(t *testing.T) {
 		t.Fatalf("delivered %v, want %d live and 5 replayed", d, want)
 	}
 }
+
+// A notify message that waits for room is counted once in
+// wsgate_send_queue_full_total, not once per retry.
+func TestNotifyWaitCountsTheFullQueueOnce(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) { c.SendQueue = 4 })
+	dialRaw(t, n.addr, "waiter", "") // never reads
+	eventually(t, 5*time.Second, "connected", func() bool { return n.hub.count() == 1 })
+	payload := raw(`"` + strings.Repeat("x", 60000) + `"`)
+	const total = 200
+	for i := 0; i < total; i++ {
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "waiter"}, Data: payload, Class: "notify"})
+	}
+	eventually(t, 10*time.Second, "every notify message queued or dropped", func() bool {
+		return counterValue(t, n, "wsgate_messages_delivered_total", "")+counterValue(t, n, "wsgate_messages_dropped_total", "notify_timeout") == total
+	})
+	full := counterValue(t, n, "wsgate_send_queue_full_total", "")
+	dropped := counterValue(t, n, "wsgate_messages_dropped_total", "notify_timeout")
+	if dropped == 0 || full < dropped || full > total {
+		t.Fatalf("send_queue_full %v for %v notify drops of %d messages: want one count per message that met a full queue", full, dropped, total)
+	}
+}
