@@ -164,10 +164,17 @@ type Backend interface {
 	// pipeline (several users per script where the deployment allows).
 	AppendInboxes(ctx context.Context, msgs []InboxAppend, opt InboxOptions) []AppendOutcome
 	LastSeq(ctx context.Context, user string) (int64, error)
+	// LastSeqs is LastSeq for many users in one step (pipelined on
+	// Redis): out[i] is the last seq of users[i].
+	LastSeqs(ctx context.Context, users []string) ([]int64, error)
 
 	// Bus: Send delivers payload to the named nodes' subscriptions (never
 	// to others); Broadcast to every node. Subscribe starts delivering this
 	// node's messages to handle until ctx ends; handle must not block.
+	// After the subscription was lost and restored (a reconnect), handle
+	// is called once with a nil payload before the messages that follow:
+	// messages sent meanwhile may have been lost, and the node should
+	// catch up what it may have missed.
 	Send(ctx context.Context, nodes []string, payload []byte) error
 	// SendEach sends each message's payload to its node, in order, in one
 	// step (one pipeline on Redis): what a batch publish uses to give every

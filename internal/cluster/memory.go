@@ -417,6 +417,21 @@ func (m *Memory) LastSeq(ctx context.Context, user string) (int64, error) {
 	return 0, nil
 }
 
+// LastSeqs implements Backend.
+func (m *Memory) LastSeqs(ctx context.Context, users []string) ([]int64, error) {
+	if err := m.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	out := make([]int64, len(users))
+	for i, u := range users {
+		if in := m.inboxes[u]; in != nil {
+			out[i] = in.seq
+		}
+	}
+	return out, nil
+}
+
 // Ping implements Backend.
 func (m *Memory) Ping(ctx context.Context) error {
 	if err := m.lock(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,6 +109,10 @@ type Redis struct {
 	appends    scriptBatcher // AppendInbox without WAIT
 	publishes  publishBatcher
 	acks       ackBatcher
+
+	done    context.Context // ends at Close: background work stops
+	stop    context.CancelFunc
+	unheard atomic.Int32 // resends of unheard bus messages running
 }
 
 // NewRedis connects to the deployment that opt.URL names. It fails only for
@@ -145,6 +150,7 @@ func NewRedis(ctx context.Context, opt RedisOptions) (*Redis, error) {
 		registered: map[string]bool{},
 		subs:       map[*redisSub]struct{}{},
 	}
+	r.done, r.stop = context.WithCancel(context.Background())
 	if err := r.Ping(ctx); err != nil {
 		r.log.Warn("redis does not answer yet", "err", err)
 	}
@@ -182,6 +188,7 @@ func (r *Redis) Close() error {
 		return nil
 	}
 	r.closed = true
+	r.stop()
 	for s := range r.subs {
 		s.cancel()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,53 +53,99 @@ func (r *Redis) SendEach(ctx context.Context, msgs []BusMessage) error {
 	return r.publishes.sendReq(ctx, r, q)
 }
 
-// publish sends payload to channels, pipelined. In Redis Cluster every
+// publishMany sends one payload per channel, in order, pipelined. A
+// message that reached no subscriber of a node's channel (the node's
+// subscription was broken at that moment) is published again in the
+// background (resendUnheard); not in Redis Cluster, where the count is
+// not the whole cluster's (the subscribing node catches up instead).
+func (r *Redis) publishMany(ctx context.Context, channels []string, payloads [][]byte) error {
+	c, err := r.publisher(ctx)
+	if err != nil {
+		return err
+	}
+	cmds := make([]*redis.IntCmd, len(channels))
+	if len(channels) == 1 {
+		cmds[0] = c.Publish(ctx, channels[0], payloads[0])
+		err = cmds[0].Err()
+	} else {
+		_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, ch := range channels {
+				cmds[i] = p.Publish(ctx, ch, payloads[i])
+			}
+			return nil
+		})
+	}
+	if _, ok := r.c.(*redis.ClusterClient); ok {
+		// In Redis Cluster the count is of one cluster node's
+		// subscribers only: 0 says nothing there.
+		return err
+	}
+	for i, cmd := range cmds {
+		if n, err := cmd.Result(); err == nil && n == 0 && strings.HasPrefix(channels[i], r.k.busNode("")) {
+			r.resendUnheard(channels[i], payloads[i])
+		}
+	}
+	return err
+}
+
+// publisher is where PUBLISH goes. In Redis Cluster every
 // PUBLISH of this deployment goes through one node, the master of the slot
 // of redisKeys.busRoute: PUBLISH reaches subscribers on every node through
 // the cluster bus anyway, and with a single entry point one publisher's
 // messages to a subscriber (targeted or broadcast) cannot overtake each
 // other on different cluster-bus links.
-func (r *Redis) publish(ctx context.Context, channels []string, payload []byte) error {
-	var c redis.Cmdable = r.c
+func (r *Redis) publisher(ctx context.Context) (redis.Cmdable, error) {
 	if cc, ok := r.c.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, r.k.busRoute())
-		if err != nil {
-			return err
-		}
-		c = m
+		return cc.MasterForKey(ctx, r.k.busRoute())
 	}
-	if len(channels) == 1 {
-		return c.Publish(ctx, channels[0], payload).Err()
-	}
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, ch := range channels {
-			p.Publish(ctx, ch, payload)
-		}
-		return nil
-	})
-	return err
+	return r.c, nil
 }
 
-// publishMany is publish with one payload per channel, in order.
-func (r *Redis) publishMany(ctx context.Context, channels []string, payloads [][]byte) error {
-	var c redis.Cmdable = r.c
-	if cc, ok := r.c.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, r.k.busRoute())
-		if err != nil {
-			return err
-		}
-		c = m
+// Resending a message no subscriber heard: up to unheardTries more
+// PUBLISHes over about 3 s (a resubscription takes a moment), until one
+// reaches a subscriber; at most maxUnheard at a time (a node that is gone
+// for good must not pile them up). A copy heard late is harmless: the
+// receiving node drops a reliable seq it already has, and a message nobody
+// heard was delivered to nobody.
+const (
+	unheardTries = 6
+	maxUnheard   = 4096
+)
+
+func (r *Redis) resendUnheard(channel string, payload []byte) {
+	if r.unheard.Add(1) > maxUnheard {
+		r.unheard.Add(-1)
+		return
 	}
-	if len(channels) == 1 {
-		return c.Publish(ctx, channels[0], payloads[0]).Err()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		r.unheard.Add(-1)
+		return
 	}
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, ch := range channels {
-			p.Publish(ctx, ch, payloads[i])
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		defer r.unheard.Add(-1)
+		delay := 100 * time.Millisecond
+		for range unheardTries {
+			if !sleepCtx(r.done, delay) {
+				return
+			}
+			delay = min(2*delay, time.Second)
+			ctx, cancel := context.WithTimeout(r.done, r.opt.OpTimeout)
+			c, err := r.publisher(ctx)
+			var n int64
+			if err == nil {
+				n, err = c.Publish(ctx, channel, payload).Result()
+			}
+			cancel()
+			if err == nil && n > 0 {
+				return
+			}
 		}
-		return nil
-	})
-	return err
+	}()
 }
 
 // Broadcast implements Backend: one PUBLISH to the all-nodes channel.
@@ -221,9 +268,11 @@ func (s *redisSub) run(early []*redis.Message) {
 		s.deliver(m)
 	}
 	var (
-		pinged  bool // a PING is out and nothing came back since
-		failing error
-		backoff = busBackoffMin
+		pinged    bool // a PING is out and nothing came back since
+		failing   error
+		backoff   = busBackoffMin
+		lost      bool // the connection broke: messages may have been lost
+		confirmed int  // channels subscribed again since
 	)
 	for {
 		msg, err := s.current().ReceiveTimeout(context.Background(), busIdle)
@@ -236,8 +285,18 @@ func (s *redisSub) run(early []*redis.Message) {
 				failing = nil
 			}
 			pinged, backoff = false, busBackoffMin
-			if m, ok := msg.(*redis.Message); ok {
+			switch m := msg.(type) {
+			case *redis.Message:
 				s.deliver(m)
+			case *redis.Subscription:
+				if lost && m.Kind == "subscribe" {
+					if confirmed++; confirmed == len(s.channels) {
+						// Subscribed again: whatever was published
+						// meanwhile did not reach this node.
+						lost, confirmed = false, 0
+						s.deliverLost()
+					}
+				}
 			}
 			continue
 		}
@@ -255,6 +314,7 @@ func (s *redisSub) run(early []*redis.Message) {
 			s.rebuild()
 			pinged = false
 		}
+		lost, confirmed = true, 0
 		if failing == nil {
 			s.r.log.Warn("bus subscription broken, reconnecting", "node", s.node, "err", err)
 		}
@@ -287,6 +347,13 @@ func (s *redisSub) rebuild() {
 func (s *redisSub) deliver(m *redis.Message) {
 	if s.ctx.Err() == nil {
 		s.handle([]byte(m.Payload))
+	}
+}
+
+// deliverLost tells the handler that messages may have been lost.
+func (s *redisSub) deliverLost() {
+	if s.ctx.Err() == nil {
+		s.handle(nil)
 	}
 }
 

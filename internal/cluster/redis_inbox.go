@@ -324,3 +324,32 @@ func (r *Redis) LastSeq(ctx context.Context, user string) (int64, error) {
 	})
 	return seq, err
 }
+
+// LastSeqs implements Backend: one GET per user, pipelined.
+func (r *Redis) LastSeqs(ctx context.Context, users []string) ([]int64, error) {
+	out := make([]int64, len(users))
+	if len(users) == 0 {
+		return out, nil
+	}
+	err := r.do(ctx, "last seqs", true, func(ctx context.Context) error {
+		cmds := make([]*redis.StringCmd, len(users))
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, u := range users {
+				cmds[i] = p.Get(ctx, r.k.seq(u))
+			}
+			return nil
+		})
+		if err != nil && err != redis.Nil {
+			return err
+		}
+		for i, c := range cmds {
+			v, err := c.Int64()
+			if err != nil && err != redis.Nil {
+				return err
+			}
+			out[i] = v
+		}
+		return nil
+	})
+	return out, err
+}

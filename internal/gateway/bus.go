@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/wsgate/wsgate/protocol"
@@ -143,6 +144,13 @@ func targetType(b []byte) string {
 // onBus handles one envelope from the cluster bus, in arrival order. It
 // must not block: backend calls it needs are made in goroutines.
 func (n *Node) onBus(payload []byte) {
+	if payload == nil {
+		// The subscription was lost and is back: what was sent meanwhile
+		// did not come.
+		n.log.Info("bus subscription restored; catching up local connections")
+		n.catchUpBehind()
+		return
+	}
 	i := bytes.IndexByte(payload, '\n')
 	if i < 0 {
 		n.log.Warn("malformed bus envelope ignored", "bytes", len(payload))
@@ -160,6 +168,9 @@ func (n *Node) onBus(payload []byte) {
 		if e.TType == protocol.TargetBroadcast && e.Origin == n.cfg.NodeID {
 			return // delivered locally at publish time
 		}
+		if n.loseBus != nil && n.loseBus(e.Seq) {
+			return
+		}
 		n.deliverLocal(protocol.Target{Type: e.TType, ID: e.TID}, newDelivery(body, class(e.Class), e.Seq, e.PubAt))
 	case kindMessages:
 		for len(body) > 0 {
@@ -168,7 +179,9 @@ func (n *Node) onBus(payload []byte) {
 				n.log.Warn("malformed record in a bus batch envelope; rest of the envelope ignored", "bytes", len(body))
 				return
 			}
-			n.deliverLocal(rec.target, newDelivery(rec.body, rec.class, rec.seq, rec.pubAt))
+			if n.loseBus == nil || !n.loseBus(rec.seq) {
+				n.deliverLocal(rec.target, newDelivery(rec.body, rec.class, rec.seq, rec.pubAt))
+			}
 			body = rest
 		}
 	case kindKick:
@@ -252,4 +265,72 @@ func busKindName(k string) string {
 		return k
 	}
 	return "unknown"
+}
+
+// catchUpBehind starts (or, when one is running, repeats once after it) a
+// check of every local connection against its user's last seq: those
+// behind (a bus copy lost on the way) catch up from the inbox. It runs
+// after every resubscription to the bus, and every catchUpEvery seconds
+// from the sweep as a safety net.
+func (n *Node) catchUpBehind() {
+	n.behindAgain.Store(true)
+	if !n.behindRunning.CompareAndSwap(false, true) {
+		return
+	}
+	n.goFunc(func() {
+		defer n.behindRunning.Store(false)
+		for n.behindAgain.Swap(false) && n.ctx.Err() == nil {
+			n.catchUpBehindOnce()
+		}
+	})
+}
+
+// catchUpEvery is the period of the safety-net check, in sweeps (seconds).
+const catchUpEvery = 3
+
+// catchUpBehindOnce reads the last seqs of the local users in one
+// pipelined step per chunk and catches up the connections behind, at most
+// 32 at a time.
+func (n *Node) catchUpBehindOnce() {
+	byUser := map[string][]*conn{}
+	for _, c := range n.hub.all() {
+		byUser[c.user] = append(byUser[c.user], c)
+	}
+	users := make([]string, 0, len(byUser))
+	for u := range byUser {
+		users = append(users, u)
+	}
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	const chunk = 1000
+	for len(users) > 0 && n.ctx.Err() == nil {
+		part := users[:min(chunk, len(users))]
+		users = users[len(part):]
+		ctx, cancel := n.bctx(n.ctx)
+		start := time.Now()
+		lasts, err := n.backend.LastSeqs(ctx, part)
+		n.observe("last_seqs", start, err)
+		cancel()
+		if err != nil {
+			n.log.Info("catch-up check failed; the next one retries", "err", err)
+			return
+		}
+		for i, u := range part {
+			for _, c := range byUser[u] {
+				c.mu.Lock()
+				behind := c.state == stOpen && c.lastSeq < lasts[i]
+				c.mu.Unlock()
+				if !behind {
+					continue
+				}
+				sem <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					c.resync()
+				}()
+			}
+		}
+	}
 }

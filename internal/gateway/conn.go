@@ -3,12 +3,14 @@ package gateway
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/wsframe"
@@ -69,6 +71,7 @@ type conn struct {
 
 	outq [][]byte  // queued frames, each a whole WebSocket frame
 	wbuf []byte    // unsent rest of a short write
+	lat  []latMark // live message frames in wbuf and outq, in order, for the latency histogram
 	rbuf []byte    // unparsed inbound bytes (a split frame); reader only
 	frag *fragment // a fragmented message being assembled; reader only
 	x    *connExtra
@@ -89,6 +92,57 @@ type conn struct {
 	badMinute int64
 }
 
+// latMark ties a live message frame queued in outq (by its first byte:
+// the frame is shared, never copied, until written) to its publish time.
+// Marks of frames moved into wbuf by a short write have no frame and come
+// first.
+type latMark struct {
+	frame *byte
+	pubAt int64 // Unix ns
+}
+
+// markLocked records that frame, just queued, is a live message published
+// at pubAt: its delivery latency is observed when it is written.
+func (c *conn) markLocked(frame []byte, pubAt int64) {
+	if pubAt > 0 {
+		c.lat = append(c.lat, latMark{&frame[0], pubAt})
+	}
+}
+
+// observeWrittenLocked records the delivery latency of the marked frames
+// among bufs (just handed to writev) that were written whole; the marks
+// of the others, now in wbuf, wait for it (observeWbufLocked).
+func (c *conn) observeWrittenLocked(bufs [][]byte, whole int) {
+	now := time.Now().UnixNano()
+	kept := 0
+	for i, b := range bufs {
+		if len(c.lat) == kept {
+			break
+		}
+		if &b[0] != c.lat[kept].frame {
+			continue
+		}
+		if i < whole {
+			c.n.metrics.DeliveryLatency.Observe(float64(now-c.lat[kept].pubAt) / 1e9)
+			c.lat = append(c.lat[:kept], c.lat[kept+1:]...)
+		} else {
+			c.lat[kept].frame = nil
+			kept++
+		}
+	}
+}
+
+// observeWbufLocked records the latency of the frames wbuf held, now
+// written.
+func (c *conn) observeWbufLocked() {
+	now := time.Now().UnixNano()
+	i := 0
+	for ; i < len(c.lat) && c.lat[i].frame == nil; i++ {
+		c.n.metrics.DeliveryLatency.Observe(float64(now-c.lat[i].pubAt) / 1e9)
+	}
+	c.lat = append(c.lat[:0], c.lat[i:]...)
+}
+
 // fragment is a fragmented client message being assembled.
 type fragment struct {
 	op   byte
@@ -97,9 +151,16 @@ type fragment struct {
 
 // connExtra holds what only a busy or unusual connection needs; under mu.
 type connExtra struct {
-	inq     []*protocol.ClientFrame // frames waiting for the inbound goroutine
-	held    []*delivery             // live deliveries held while resuming
-	catchUp bool                    // an inbox catch-up is running
+	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
+	held []*delivery             // live deliveries held while resuming or catching up, in arrival order
+
+	// Catch-up mode (see catchUp in deliver.go).
+	catchUp  bool                   // a catch-up goroutine is filling the reliable sequence
+	needRead bool                   // a reliable message is missing: read the inbox
+	since    int64                  // Unix s catch-up began (the sweep bounds it)
+	readTo   int64                  // inbox last seq at the last read: every seq up to it was read, reported as a gap or acknowledged
+	pending  []cluster.InboxMessage // read from the inbox, not queued yet
+	room     chan struct{}          // closed when the queue drains (a catch-up waits for room)
 }
 
 func (c *conn) extra() *connExtra {
@@ -199,8 +260,13 @@ func (c *conn) scheduleWriteLocked() {
 }
 
 func (n *Node) writeLoop() {
-	for c := range n.writers {
-		c.flush()
+	for {
+		select {
+		case c := <-n.writers:
+			c.flush()
+		case <-n.ctx.Done():
+			return
+		}
 	}
 }
 
@@ -246,6 +312,9 @@ func (c *conn) writeOutLocked() {
 			}
 			c.wbuf = nil
 			c.pendingSince = 0
+			if len(c.lat) > 0 {
+				c.observeWbufLocked()
+			}
 		}
 		if len(c.outq) == 0 {
 			return
@@ -264,15 +333,17 @@ func (c *conn) writeOutLocked() {
 			return
 		}
 		n = max(n, 0)
+		whole := len(bufs)
 		if n < total {
 			// Keep the unsent bytes, in order, in one buffer.
 			var w []byte
 			skip := n
-			for _, b := range bufs {
+			for i, b := range bufs {
 				if skip >= len(b) {
 					skip -= len(b)
 					continue
 				}
+				whole = min(whole, i)
 				w = append(w, b[skip:]...)
 				skip = 0
 			}
@@ -281,12 +352,28 @@ func (c *conn) writeOutLocked() {
 				c.pendingSince = time.Now().Unix()
 			}
 		}
+		if len(c.lat) > 0 {
+			c.observeWrittenLocked(bufs, whole)
+		}
 		rest := len(c.outq) - len(bufs)
 		copy(c.outq, c.outq[len(bufs):])
 		clear(c.outq[rest:])
 		c.outq = c.outq[:rest]
-		if rest == 0 && cap(c.outq) > 64 {
-			c.outq = nil
+		if rest == 0 {
+			if cap(c.outq) > 64 {
+				c.outq = nil
+			}
+			if len(c.wbuf) == 0 {
+				// Every mark was of a frame written (or, defensively,
+				// of one gone).
+				c.lat = c.lat[:0]
+				if cap(c.lat) > 64 {
+					c.lat = nil
+				}
+			}
+		}
+		if c.x != nil && rest < c.n.cfg.SendQueue {
+			c.wakeCatchUpLocked()
 		}
 	}
 }
@@ -323,11 +410,12 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 	wasResuming := c.state == stResuming
 	c.state = stClosing
 	c.closingSince = time.Now().Unix()
-	c.n.metrics.Closes.WithLabelValues(itoa(code)).Inc()
+	c.n.metrics.Closes.WithLabelValues(closeLabel(code)).Inc()
 	c.outq = append(c.outq, wsframe.CloseFrame(code, reason))
 	if c.x != nil {
-		c.x.held = nil
+		c.x.held, c.x.pending = nil, nil
 	}
+	c.wakeCatchUpLocked()
 	c.logger().Info("closing connection", "code", code, "reason", reason)
 	if wasResuming || (!c.writing && !c.waitOut) {
 		c.scheduleWriteLocked()
@@ -356,10 +444,11 @@ func (c *conn) teardownLocked(why string) {
 		c.n.poller.Unregister(c.fd, c.token)
 		unix.Close(c.fd)
 	}
-	c.outq, c.wbuf = nil, nil
+	c.outq, c.wbuf, c.lat = nil, nil, nil
 	if c.x != nil {
-		c.x.held = nil // queued acks (inq) still run: see runInbound
+		c.x.held, c.x.pending = nil, nil // queued acks (inq) still run: see runInbound
 	}
+	c.wakeCatchUpLocked()
 	c.logger().Debug("connection ended", "why", why)
 	// Everything else outside the lock, off this goroutine.
 	go c.n.forget(c)
@@ -374,19 +463,17 @@ func writev(fd int, bufs [][]byte) (int, error) {
 
 var errClosed = errors.New("connection closed")
 
-func itoa(v int) string {
-	if v >= 0 && v < 10000 {
-		var b [5]byte
-		i := len(b)
-		for {
-			i--
-			b[i] = byte('0' + v%10)
-			v /= 10
-			if v == 0 {
-				break
-			}
-		}
-		return string(b[i:])
+// closeLabel is the metric label of a close code: the code for those of
+// RFC 6455 and the contract, "other" for the rest (a client's own code in
+// 3000-4999, echoed back, must not create a label of its own).
+func closeLabel(code int) string {
+	switch code {
+	case protocol.CloseDraining, protocol.CloseDisconnected, protocol.CloseSlowConsumer,
+		protocol.CloseReplaced, protocol.CloseTokenExpired, protocol.CloseRateLimited:
+		return strconv.Itoa(code)
+	}
+	if code >= 1000 && code <= 1015 {
+		return strconv.Itoa(code)
 	}
 	return "other"
 }

@@ -436,7 +436,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	// go out from here (a full queue is written inline, never taken for
 	// a slow client).
 	c.state = stOpen
-	c.queueInboxLocked(rd.Messages)
+	c.queueReplayLocked(rd.Messages)
 	c.releaseLocked(held)
 	c.writeOutLocked()
 	c.kickLocked()

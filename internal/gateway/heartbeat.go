@@ -119,15 +119,7 @@ func (n *Node) recoverConnections(lost bool) {
 				}
 				c.mu.Unlock()
 			}
-			c.mu.Lock()
-			start := c.state == stOpen && (c.x == nil || !c.x.catchUp)
-			if start {
-				c.extra().catchUp = true
-			}
-			c.mu.Unlock()
-			if start {
-				c.catchUp()
-			}
+			c.resync()
 		}()
 	}
 	wg.Wait()

@@ -63,6 +63,11 @@ type Node struct {
 
 	interestMu sync.Mutex // orders this node's room interest writes
 
+	behindRunning atomic.Bool // catchUpBehind is running
+	behindAgain   atomic.Bool // and must run once more
+
+	loseBus func(seq int64) bool // tests only: true loses the bus message of that seq
+
 	startedAt time.Time
 	status    atomic.Value // cluster.NodeStatus
 	weight    atomic.Int32
@@ -243,8 +248,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = n.backend.RemoveNode(rctx, n.cfg.NodeID)
 	cancel()
-	n.cancel()
-	close(n.writers)
+	n.cancel() // ends the writers (the channel stays open: a late kick may still send on it)
 	n.wg.Wait()
 	n.poller.Close()
 	return nil

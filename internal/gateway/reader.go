@@ -105,6 +105,26 @@ func (c *conn) consume(data []byte) bool {
 	return true
 }
 
+// peerCloseAnswer is the close a client's close frame is answered with:
+// its code echoed, 1000 when it had none, 1002 for a code it may not send
+// or a 1-byte payload, 1007 for a reason that is not UTF-8.
+func peerCloseAnswer(payload []byte) (code int, reason string) {
+	switch {
+	case len(payload) == 0:
+		return protocol.CloseNormal, ""
+	case len(payload) == 1:
+		return 1002, "protocol error: 1-byte close payload"
+	}
+	code = int(binary.BigEndian.Uint16(payload))
+	if !wsframe.ValidCloseCode(code) {
+		return 1002, "protocol error: invalid close code"
+	}
+	if !utf8.Valid(payload[2:]) {
+		return 1007, "invalid UTF-8 in the close reason"
+	}
+	return code, ""
+}
+
 func (c *conn) protocolError(msg string) {
 	c.logger().Info("protocol error", "err", msg)
 	c.close(1002, "protocol error")
@@ -119,10 +139,6 @@ func (c *conn) onFrame(h wsframe.Header, payload []byte) bool {
 	case wsframe.OpPong:
 		return true
 	case wsframe.OpClose:
-		code := 1000
-		if len(payload) >= 2 {
-			code = int(binary.BigEndian.Uint16(payload))
-		}
 		c.mu.Lock()
 		if c.state >= stClosing {
 			// Our close was answered: done.
@@ -131,10 +147,8 @@ func (c *conn) onFrame(h wsframe.Header, payload []byte) bool {
 			return false
 		}
 		c.mu.Unlock()
-		if code == 1005 || code == 1006 || code == 1015 || code < 1000 {
-			code = 1000
-		}
-		c.close(code, "")
+		code, reason := peerCloseAnswer(payload)
+		c.close(code, reason)
 		return false
 	case wsframe.OpContinuation:
 		if c.frag == nil {

@@ -11,7 +11,7 @@ import (
 
 // sweepLoop is the node's one timer: once a second it walks every
 // connection and sends due pings, closes connections silent for longer
-// than the pong timeout, whose token expired, whose socket has not taken
+// than the pong timeout, whose token expired, whose catch-up did not finish in catchUpMax, whose socket has not taken
 // a write for 10 s, or whose close handshake did not finish. One pass over
 // 15,000 connections costs well under a millisecond, and no connection
 // owns a timer.
@@ -36,6 +36,9 @@ func (n *Node) sweepLoop() {
 		}
 		for _, c := range n.hub.all() {
 			n.sweepOne(c, now, interval, pongTimeout)
+		}
+		if now%catchUpEvery == 0 {
+			n.catchUpBehind()
 		}
 		// After a burst of connects (a deploy, a reconnect storm) the heap
 		// holds the handshakes' garbage and Go returns it to the kernel
@@ -67,6 +70,13 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 	if c.pendingSince != 0 && now-c.pendingSince >= 10 {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()
 		c.teardownLocked("socket took no data for 10s")
+		return
+	}
+	if c.x != nil && c.x.catchUp && now-c.x.since >= catchUpMax {
+		// The client did not take the missing messages in time (or the
+		// inbox did not answer): resume brings them.
+		c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()
+		c.closeLocked(protocol.CloseSlowConsumer)
 		return
 	}
 	if now-c.lastRead > pongTimeout {

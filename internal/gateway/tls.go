@@ -67,8 +67,9 @@ func (c *conn) tlsWriter() {
 				c.mu.Unlock()
 				return
 			}
-			bufs := c.outq
-			c.outq = nil
+			bufs, marks := c.outq, c.lat
+			c.outq, c.lat = nil, nil
+			c.wakeCatchUpLocked()
 			if len(bufs) == 0 {
 				c.writing = false
 				closing := c.state == stClosing
@@ -89,6 +90,10 @@ func (c *conn) tlsWriter() {
 				c.teardownLocked("write: " + err.Error())
 				c.mu.Unlock()
 				return
+			}
+			now := time.Now().UnixNano()
+			for _, m := range marks {
+				c.n.metrics.DeliveryLatency.Observe(float64(now-m.pubAt) / 1e9)
 			}
 			c.mu.Unlock()
 		}

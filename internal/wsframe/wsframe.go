@@ -11,6 +11,8 @@ package wsframe
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/gobwas/ws"
 )
@@ -146,11 +148,10 @@ func Frame(op byte, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-// CloseFrame builds a close frame with code and reason (reason cut to fit).
+// CloseFrame builds a close frame with code and reason. The reason is made
+// valid UTF-8 and cut to the 123 bytes that fit, on a character boundary.
 func CloseFrame(code int, reason string) []byte {
-	if len(reason) > 123 {
-		reason = reason[:123]
-	}
+	reason = CloseReason(reason)
 	p := make([]byte, 2, 2+len(reason))
 	binary.BigEndian.PutUint16(p, uint16(code))
 	return Frame(OpClose, append(p, reason...))
@@ -158,3 +159,32 @@ func CloseFrame(code int, reason string) []byte {
 
 // PingFrame is an empty server ping.
 var PingFrame = []byte{0x80 | OpPing, 0}
+
+// MaxCloseReason is the longest close reason: a control frame's payload is
+// at most 125 bytes, two of which are the code.
+const MaxCloseReason = 123
+
+// CloseReason returns reason as valid UTF-8 (invalid bytes left out) of at
+// most MaxCloseReason bytes, cut on a character boundary.
+func CloseReason(reason string) string {
+	reason = strings.ToValidUTF8(reason, "")
+	if len(reason) <= MaxCloseReason {
+		return reason
+	}
+	cut := MaxCloseReason
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut]
+}
+
+// ValidCloseCode reports whether a peer may send code in a close frame
+// (RFC 6455 7.4: 1000-1003, 1007-1014 and the registered or private
+// ranges 3000-4999).
+func ValidCloseCode(code int) bool {
+	switch {
+	case code >= 1000 && code <= 1003, code >= 1007 && code <= 1014, code >= 3000 && code <= 4999:
+		return true
+	}
+	return false
+}

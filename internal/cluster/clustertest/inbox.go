@@ -98,6 +98,11 @@ func testInboxSeq(t *testing.T, b cluster.Backend) {
 	if res.Seq != 1 {
 		t.Fatalf("bob's first seq = %d", res.Seq)
 	}
+	lasts, err := b.LastSeqs(ctx, []string{"alice", "nobody", "bob"})
+	must(t, err)
+	if !slices.Equal(lasts, []int64{3, 0, 1}) {
+		t.Fatalf("LastSeqs = %v, want [3 0 1]", lasts)
+	}
 	// Never reused, even once everything was acknowledged and trimmed.
 	must(t, b.Ack(ctx, "alice", 3))
 	res, err = b.AppendInbox(ctx, "alice", []byte("m4"), inboxOpts)
