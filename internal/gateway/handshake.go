@@ -201,7 +201,7 @@ type admission struct {
 func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 	req.ip = n.clientIP(req)
 	a := admission{ip: req.ip}
-	if !n.Ready() {
+	if !n.accepting() {
 		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node not accepting connections ("+n.notReadyReason()+")")
 		f.retryAfter = 5 * time.Second
 		return a, f
@@ -536,4 +536,3 @@ func (n *Node) forget(c *conn) {
 		n.dropInterest(emptied)
 	}
 }
-

@@ -177,10 +177,10 @@ func (n *Node) notReadyReason() string {
 	switch {
 	case n.draining.Load():
 		return "draining"
-	case n.Status() == cluster.StatusWarming:
-		return "warming up"
 	case !n.healthy.Load():
 		return "cluster backend unreachable"
+	case n.Status() == cluster.StatusWarming:
+		return "warming up"
 	}
 	return "not ready"
 }

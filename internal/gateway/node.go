@@ -258,9 +258,17 @@ func (n *Node) setStatus(s cluster.NodeStatus) {
 	n.metrics.SetStatus(string(s))
 }
 
-// Ready reports whether the node accepts new connections.
+// Ready reports whether the node is ready (/readyz): accepting
+// connections and done warming up.
 func (n *Node) Ready() bool {
-	return n.Status() == cluster.StatusActive && n.healthy.Load() && !n.draining.Load()
+	return n.Status() == cluster.StatusActive && n.accepting()
+}
+
+// accepting reports whether the node takes new handshakes: not draining,
+// backend reachable. A warming node accepts (the allocator sends it a
+// share in proportion to its weight).
+func (n *Node) accepting() bool {
+	return n.healthy.Load() && !n.draining.Load()
 }
 
 func (n *Node) info() cluster.NodeInfo {
