@@ -505,20 +505,12 @@ func (n *Node) replaceOthers(ctx context.Context, c *conn) {
 		}
 		older[r.Node] = append(older[r.Node], r.ConnID)
 	}
-	for node, ids := range older {
-		if node == n.cfg.NodeID {
-			for _, o := range n.hub.userConns(c.user) {
-				if slices.Contains(ids, o.connID()) {
-					o.close(protocol.CloseReplaced, "replaced by a newer connection")
-				}
-			}
-			continue
-		}
-		for _, id := range ids {
-			env := encodeEnvelope(envelope{Kind: kindKick, User: c.user, Conn: id, Code: protocol.CloseReplaced, Reason: "replaced by a newer connection"}, nil)
-			_ = n.backend.Send(ctx, []string{node}, env)
-		}
-	}
+	// The older connections close before the new one is welcomed; a node
+	// that does not confirm within 2 s is still asked afterwards, until
+	// the connection is gone or the node is dead.
+	wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	n.closeConns(wait, c.user, older, protocol.CloseReplaced, "replaced by a newer connection")
 }
 
 // forget removes an ended connection from the hub, the cluster and the

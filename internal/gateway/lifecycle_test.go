@@ -1,15 +1,19 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/allocator"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/testutil/redistest"
+	"github.com/wsgate/wsgate/protocol"
 )
 
 // A warming node accepts the clients the allocator sends it while /readyz
@@ -77,4 +81,96 @@ func nodeRecord(t *testing.T, b cluster.Backend, id string) cluster.NodeInfo {
 	}
 	t.Fatalf("no record of node %s", id)
 	return cluster.NodeInfo{}
+}
+
+// lossyBus loses (silently, as Pub/Sub may) the first drops envelopes of
+// one kind that its node sends.
+type lossyBus struct {
+	cluster.Backend
+	kind  string
+	drops atomic.Int32
+}
+
+func loseFirst(b cluster.Backend, kind string, drops int32) *lossyBus {
+	l := &lossyBus{Backend: b, kind: kind}
+	l.drops.Store(drops)
+	return l
+}
+
+func (b *lossyBus) Send(ctx context.Context, nodes []string, payload []byte) error {
+	if bytes.HasPrefix(payload, []byte(`{"k":"`+b.kind+`"`)) && b.drops.Add(-1) >= 0 {
+		return nil
+	}
+	return b.Backend.Send(ctx, nodes, payload)
+}
+
+// redisBackends connects k backends to one private Redis server.
+func redisBackends(t *testing.T, k int) []cluster.Backend {
+	t.Helper()
+	srv := redistest.Standalone(t, redistest.Options{})
+	var out []cluster.Backend
+	for range k {
+		r, err := cluster.NewRedis(context.Background(), cluster.RedisOptions{URL: srv.URL(), Prefix: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() }) // after the nodes' shutdown
+		out = append(out, r)
+	}
+	return out
+}
+
+// The disconnect API closes the user's connections on every node, also
+// when the request to a node is lost, and counts the confirmed closes.
+func TestDisconnectIsConfirmedDespiteALostKick(t *testing.T) {
+	b := redisBackends(t, 2)
+	n1 := startNodeWith(t, b[0], nil)
+	n2 := startNodeWith(t, loseFirst(b[1], kindKick, 1), func(c *config.Gateway) { c.NodeID = "t2" })
+	far := n1.connect(t, "dora", "")
+	near := n2.connect(t, "dora", "")
+	status, m := apiCall(t, n2, "POST", "/api/v1/users/dora/disconnect", "k", `{"reason":"bye"}`)
+	if status != 200 || m["disconnected"] != float64(2) {
+		t.Fatalf("disconnect: %d %v, want 200 and 2", status, m)
+	}
+	for _, c := range []*wsClient{near, far} {
+		if code := c.waitClosed(5 * time.Second); code != protocol.CloseDisconnected {
+			t.Fatalf("closed with %d, want 4003", code)
+		}
+	}
+}
+
+// Under the single device policy a new login closes the older one on
+// another node, also when the first kick is lost.
+func TestSingleDeviceKickIsConfirmedDespiteALostKick(t *testing.T) {
+	b := redisBackends(t, 2)
+	single := func(id string) func(*config.Gateway) {
+		return func(c *config.Gateway) { c.NodeID, c.DevicePolicy = id, config.DeviceSingle }
+	}
+	n1 := startNodeWith(t, b[0], single("t1"))
+	n2 := startNodeWith(t, loseFirst(b[1], kindKick, 1), single("t2"))
+	old := n1.connect(t, "solo", "")
+	n2.connect(t, "solo", "")
+	if code := old.waitClosed(5 * time.Second); code != protocol.CloseReplaced {
+		t.Fatalf("old connection closed with %d, want 4009", code)
+	}
+	if k := len(n2.hub.userConns("solo")); k != 1 {
+		t.Fatalf("%d connections of the new login, want 1", k)
+	}
+}
+
+// A drain requested through another node's API reaches the node also when
+// the first request is lost.
+func TestRemoteDrainReachesTheNodeDespiteALostRequest(t *testing.T) {
+	mem := cluster.NewMemory()
+	n1 := startNodeWith(t, loseFirst(mem, kindDrain, 1), nil)
+	n2 := startNodeWith(t, mem, func(c *config.Gateway) { c.NodeID = "t2" })
+	if status, m := apiCall(t, n1, "POST", "/api/v1/nodes/t2/drain", "k", ""); status != 202 {
+		t.Fatalf("drain: %d %v", status, m)
+	}
+	eventually(t, 5*time.Second, "t2 draining", func() bool { return n2.draining.Load() })
+	select {
+	case <-n2.Drained():
+	case <-time.After(10 * time.Second):
+		t.Fatal("t2 did not finish its drain")
+	}
 }

@@ -71,9 +71,13 @@ type Node struct {
 	drainOnce sync.Once
 	drained   chan struct{} // closed when a drain has finished
 
+	asks askTable // requests to other nodes waiting for their answer
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	grMu   sync.Mutex
+	grDone bool // Shutdown is waiting for the goroutines: no new one starts
 
 	mux      *http.ServeMux
 	srv      *http.Server
@@ -162,13 +166,21 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	return n, nil
 }
 
-// goFunc starts a goroutine the node owns.
-func (n *Node) goFunc(f func()) {
+// goFunc starts a goroutine the node owns: Shutdown waits for it. Once
+// Shutdown is waiting, f is not started and goFunc reports false (the
+// caller releases what f would have).
+func (n *Node) goFunc(f func()) bool {
+	n.grMu.Lock()
+	defer n.grMu.Unlock()
+	if n.grDone {
+		return false
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		f()
 	}()
+	return true
 }
 
 // Handler is the node's whole HTTP surface (WebSocket, API, metrics, web).
