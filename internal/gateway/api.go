@@ -564,7 +564,7 @@ func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
 		}
 		sem <- struct{}{}
 		wg.Add(1)
-		go func() {
+		f := func() {
 			defer func() { <-sem; wg.Done() }()
 			for _, i := range idx {
 				res, err := n.Publish(ctx, reqs[i])
@@ -574,7 +574,10 @@ func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
 					results[i] = res
 				}
 			}
-		}()
+		}
+		if !n.goFunc(f) {
+			f() // shutting down: the answers are errors, quickly
+		}
 	}
 	if len(together) > 0 {
 		slices.Sort(together) // batch order

@@ -238,6 +238,13 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 
 func (n *Node) release(a *admission) { n.ipConns.Release(a.ip) }
 
+// shuttingDown refuses a handshake that comes once Shutdown has started.
+func shuttingDown() *refusal {
+	f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node shutting down")
+	f.retryAfter = time.Second
+	return f
+}
+
 // checkUserLimit applies WSGATE_MAX_CONNS_PER_USER (a backend read).
 func (n *Node) checkUserLimit(ctx context.Context, user string) *refusal {
 	max := n.cfg.MaxConnsPerUser
@@ -289,6 +296,11 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
 		return
 	}
+	if !n.startHandshake() {
+		n.refuse(w, shuttingDown())
+		return
+	}
+	defer n.endHandshake()
 	req := requestOf(r)
 	a, f := n.admit(&req)
 	if f == nil {
@@ -360,7 +372,7 @@ func (e errUnauthorized) Error() string { return string(e) }
 // the replay, then the live messages held meanwhile, and starts reading.
 func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial []byte) {
 	n.hub.add(c)
-	ctx, cancel := n.bctx(n.ctx)
+	ctx, cancel := n.bctx(n.hsCtx)
 	defer cancel()
 	fail := func(what string, err error) {
 		c.logger().Warn("connection setup failed", "step", what, "err", err)

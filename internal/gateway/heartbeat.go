@@ -104,7 +104,7 @@ func (n *Node) recoverConnections(lost bool) {
 		}
 		sem <- struct{}{}
 		wg.Add(1)
-		go func() {
+		started := n.goFunc(func() {
 			defer func() { <-sem; wg.Done() }()
 			if lost {
 				ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
@@ -128,7 +128,12 @@ func (n *Node) recoverConnections(lost bool) {
 			if start {
 				c.catchUp()
 			}
-		}()
+		})
+		if !started { // shutting down
+			<-sem
+			wg.Done()
+			break
+		}
 	}
 	wg.Wait()
 }

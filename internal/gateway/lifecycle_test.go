@@ -3,11 +3,15 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/wsgate/wsgate/internal/allocator"
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -173,4 +177,50 @@ func TestRemoteDrainReachesTheNodeDespiteALostRequest(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("t2 did not finish its drain")
 	}
+}
+
+// slowConnect is a backend whose Connect waits for its context to end and
+// takes a second more to return, as a call on a slow network does.
+type slowConnect struct {
+	cluster.Backend
+	inside atomic.Int32
+}
+
+func (b *slowConnect) Connect(ctx context.Context, r cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions) (cluster.ConnectResult, error) {
+	b.inside.Add(1)
+	defer b.inside.Add(-1)
+	<-ctx.Done()
+	time.Sleep(time.Second)
+	return cluster.ConnectResult{}, ctx.Err()
+}
+
+// Shutdown with handshakes in flight waits for them: when it returns, no
+// handshake is still in its backend step, no connection is left and no
+// goroutine of the node runs.
+func TestShutdownWaitsForHandshakesInFlight(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	b := &slowConnect{Backend: cluster.NewMemory()}
+	n := startNodeWith(t, b, nil)
+	const k = 3
+	for i := range k {
+		c, err := net.Dial("tcp", n.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, fmt.Sprint("u", i), nil) + "\r\n\r\n"
+		if _, err := c.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "handshakes in their backend step", func() bool { return b.inside.Load() == k })
+	n.stop()
+	if in := b.inside.Load(); in != 0 {
+		t.Fatalf("Shutdown returned with %d handshakes still in their backend step", in)
+	}
+	if c := n.hub.count(); c != 0 {
+		t.Fatalf("%d connections left after Shutdown", c)
+	}
+	goleak.VerifyNone(t, ignore)
 }

@@ -79,6 +79,14 @@ type Node struct {
 	grMu   sync.Mutex
 	grDone bool // Shutdown is waiting for the goroutines: no new one starts
 
+	// Handshakes in flight (admitted, not yet open or refused), which
+	// Shutdown waits for before it closes the connections; hsCtx bounds
+	// their backend step and ends when Shutdown starts.
+	hs       sync.WaitGroup
+	hsDone   bool // under grMu: Shutdown has started, new handshakes are refused
+	hsCtx    context.Context
+	hsCancel context.CancelFunc
+
 	mux      *http.ServeMux
 	srv      *http.Server
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
@@ -138,6 +146,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	rand.Read(b[:])
 	n.idPrefix = hex.EncodeToString(b[:])
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.hsCtx, n.hsCancel = context.WithCancel(n.ctx)
 	n.status.Store(cluster.StatusActive)
 	n.weight.Store(100)
 	if cfg.Warmup > 0 {
@@ -180,6 +189,33 @@ func (n *Node) goFunc(f func()) bool {
 		defer n.wg.Done()
 		f()
 	}()
+	return true
+}
+
+// startHandshake counts a handshake in flight; false once Shutdown has
+// started (the handshake is refused). endHandshake is its end.
+func (n *Node) startHandshake() bool {
+	n.grMu.Lock()
+	defer n.grMu.Unlock()
+	if n.hsDone {
+		return false
+	}
+	n.hs.Add(1)
+	return true
+}
+
+func (n *Node) endHandshake() { n.hs.Done() }
+
+// goHandshake runs f, a handshake's backend step and setup, on a
+// goroutine the node owns; false once Shutdown has started.
+func (n *Node) goHandshake(f func()) bool {
+	if !n.startHandshake() {
+		return false
+	}
+	if !n.goFunc(func() { defer n.endHandshake(); f() }) {
+		n.endHandshake()
+		return false
+	}
 	return true
 }
 
@@ -235,12 +271,19 @@ func (n *Node) Serve(ln net.Listener) error {
 // process should then exit 0.
 func (n *Node) Drained() <-chan struct{} { return n.drained }
 
-// Shutdown stops accepting, closes every connection at once with 1001 and
-// stops the node's goroutines (a drain, for graceful stops, is Drain).
+// Shutdown stops accepting (new handshakes are refused, the backend step
+// of those in flight is cancelled and Shutdown waits for them to end),
+// closes every connection at once with 1001 and waits for every goroutine
+// the node started (a drain, for graceful stops, is Drain).
 func (n *Node) Shutdown(ctx context.Context) error {
+	n.grMu.Lock()
+	n.hsDone = true
+	n.grMu.Unlock()
+	n.hsCancel()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = n.srv.Shutdown(sctx)
 	cancel()
+	n.hs.Wait()
 	for _, c := range n.hub.all() {
 		c.close(1001, "node shutting down")
 	}
@@ -256,6 +299,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	_ = n.backend.RemoveNode(rctx, n.cfg.NodeID)
 	cancel()
 	n.cancel()
+	n.grMu.Lock()
+	n.grDone = true
+	n.grMu.Unlock()
 	close(n.writers)
 	n.wg.Wait()
 	n.poller.Close()
