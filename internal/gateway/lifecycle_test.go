@@ -224,3 +224,44 @@ func TestShutdownWaitsForHandshakesInFlight(t *testing.T) {
 	}
 	goleak.VerifyNone(t, ignore)
 }
+
+// A node silent for three heartbeat intervals is dead at once for the
+// allocator and the node list, long before its record is cleaned up (the
+// route TTL, 90 s by default).
+func TestSilentNodeIsDeadAfterThreeHeartbeats(t *testing.T) {
+	mem := cluster.NewMemory()
+	n := startNodeWith(t, mem, nil) // heartbeat every 200 ms
+	// Two records with no connection at all (the allocator's first
+	// choices if alive), written again before each call, one heartbeat
+	// and four heartbeats old.
+	records := func() {
+		now := time.Now()
+		for id, age := range map[string]time.Duration{"fresh": n.cfg.HeartbeatInterval, "silent": 4 * n.cfg.HeartbeatInterval} {
+			rec := cluster.NodeInfo{ID: id, URL: "ws://" + id + "/ws", Status: cluster.StatusActive, Weight: 100, Heartbeat: now.Add(-age).UnixMilli()}
+			if err := mem.RegisterNode(context.Background(), rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	records()
+	_, m := apiCall(t, n, "GET", "/api/v1/nodes", "k", "")
+	var listed []string
+	for _, x := range m["nodes"].([]any) {
+		listed = append(listed, x.(map[string]any)["id"].(string))
+	}
+	if !slices.Contains(listed, "fresh") || slices.Contains(listed, "silent") {
+		t.Fatalf("nodes listed %v: want fresh, not silent", listed)
+	}
+	picks := map[string]int{}
+	for range 50 {
+		records()
+		status, m := apiCall(t, n, "GET", "/v1/allocate", "", "")
+		if status != 200 {
+			t.Fatalf("allocate: %d %v", status, m)
+		}
+		picks[m["node"].(string)]++
+	}
+	if picks["silent"] != 0 || picks["fresh"] == 0 {
+		t.Fatalf("allocator picks %v: want fresh, never silent", picks)
+	}
+}
