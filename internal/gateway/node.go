@@ -76,8 +76,8 @@ type Node struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	grMu   sync.Mutex
-	grDone bool // Shutdown is waiting for the goroutines: no new one starts
+	grMu   sync.RWMutex // read-held to start a goroutine, held to stop starting them
+	grDone bool         // Shutdown is waiting for the goroutines: no new one starts
 
 	// Handshakes in flight (admitted, not yet open or refused), which
 	// Shutdown waits for before it closes the connections; hsCtx bounds
@@ -179,8 +179,8 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 // Shutdown is waiting, f is not started and goFunc reports false (the
 // caller releases what f would have).
 func (n *Node) goFunc(f func()) bool {
-	n.grMu.Lock()
-	defer n.grMu.Unlock()
+	n.grMu.RLock()
+	defer n.grMu.RUnlock()
 	if n.grDone {
 		return false
 	}
@@ -195,8 +195,8 @@ func (n *Node) goFunc(f func()) bool {
 // startHandshake counts a handshake in flight; false once Shutdown has
 // started (the handshake is refused). endHandshake is its end.
 func (n *Node) startHandshake() bool {
-	n.grMu.Lock()
-	defer n.grMu.Unlock()
+	n.grMu.RLock()
+	defer n.grMu.RUnlock()
 	if n.hsDone {
 		return false
 	}
