@@ -143,6 +143,27 @@ func TestDisconnectIsConfirmedDespiteALostKick(t *testing.T) {
 	}
 }
 
+// A node that does not confirm within the request's time is not counted,
+// and is asked again afterwards until its connection is closed.
+func TestDisconnectGoesOnAskingAfterTheAnswer(t *testing.T) {
+	b := redisBackends(t, 2)
+	n1 := startNodeWith(t, b[0], nil)
+	// 9 lost kicks: 4.5 s of retries, longer than the request waits.
+	n2 := startNodeWith(t, loseFirst(b[1], kindKick, 9), func(c *config.Gateway) { c.NodeID = "t2" })
+	far := n1.connect(t, "dora", "")
+	near := n2.connect(t, "dora", "")
+	status, m := apiCall(t, n2, "POST", "/api/v1/users/dora/disconnect", "k", "")
+	if status != 200 || m["disconnected"] != float64(1) {
+		t.Fatalf("disconnect: %d %v, want 200 and 1 (the local connection only)", status, m)
+	}
+	if code := near.waitClosed(5 * time.Second); code != protocol.CloseDisconnected {
+		t.Fatalf("local connection closed with %d, want 4003", code)
+	}
+	if code := far.waitClosed(10 * time.Second); code != protocol.CloseDisconnected {
+		t.Fatalf("remote connection closed with %d, want 4003", code)
+	}
+}
+
 // Under the single device policy a new login closes the older one on
 // another node, also when the first kick is lost.
 func TestSingleDeviceKickIsConfirmedDespiteALostKick(t *testing.T) {
