@@ -381,6 +381,9 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 			// The 101 has not gone out (own accept path): refuse instead.
 			f := refuseWith(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
 			f.retryAfter = 5 * time.Second
+			if n.hsCtx.Err() != nil {
+				f = shuttingDown()
+			}
 			n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
 			_, _ = unix.Write(c.fd, f.response())
 			c.outq = nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -223,12 +224,14 @@ func TestShutdownWaitsForHandshakesInFlight(t *testing.T) {
 	b := &slowConnect{Backend: cluster.NewMemory()}
 	n := startNodeWith(t, b, nil)
 	const k = 3
+	var clients []net.Conn
 	for i := range k {
 		c, err := net.Dial("tcp", n.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		clients = append(clients, c)
 		req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
 			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, fmt.Sprint("u", i), nil) + "\r\n\r\n"
 		if _, err := c.Write([]byte(req)); err != nil {
@@ -242,6 +245,14 @@ func TestShutdownWaitsForHandshakesInFlight(t *testing.T) {
 	}
 	if c := n.hub.count(); c != 0 {
 		t.Fatalf("%d connections left after Shutdown", c)
+	}
+	// Each handshake got an answer: refused, the node shutting down.
+	for _, c := range clients {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		if !bytes.HasPrefix(b, []byte("HTTP/1.1 503")) || !bytes.Contains(b, []byte("shutting down")) {
+			t.Fatalf("answer to a handshake in flight: %q, want a 503 (node shutting down)", b)
+		}
 	}
 	goleak.VerifyNone(t, ignore)
 }
