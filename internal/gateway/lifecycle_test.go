@@ -3,15 +3,18 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gobwas/ws"
 	"go.uber.org/goleak"
 
 	"github.com/wsgate/wsgate/internal/allocator"
@@ -218,25 +221,58 @@ func (b *slowConnect) Connect(ctx context.Context, r cluster.Route, ttl time.Dur
 
 // Shutdown with handshakes in flight waits for them: when it returns, no
 // handshake is still in its backend step, no connection is left and no
-// goroutine of the node runs.
+// goroutine of the node runs. On the own accept path each such handshake
+// is refused with 503; through net/http (TLS) the 101 has gone out, and the
+// connection is closed.
 func TestShutdownWaitsForHandshakesInFlight(t *testing.T) {
+	t.Run("own accept path", func(t *testing.T) {
+		shutdownWithHandshakesInFlight(t, nil, func(t *testing.T, n *testNode, user string) net.Conn {
+			c, err := net.Dial("tcp", n.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
+				"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, user, nil) + "\r\n\r\n"
+			if _, err := c.Write([]byte(req)); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}, func(t *testing.T, c net.Conn) {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			b, _ := io.ReadAll(c)
+			if !bytes.HasPrefix(b, []byte("HTTP/1.1 503")) || !bytes.Contains(b, []byte("shutting down")) {
+				t.Fatalf("answer to a handshake in flight: %q, want a 503 (node shutting down)", b)
+			}
+		})
+	})
+	t.Run("net/http (TLS)", func(t *testing.T) {
+		certFile, keyFile := selfSigned(t)
+		tlsNode := func(c *config.Gateway) { c.TLSCertFile, c.TLSKeyFile = certFile, keyFile }
+		shutdownWithHandshakesInFlight(t, tlsNode, func(t *testing.T, n *testNode, user string) net.Conn {
+			d := ws.Dialer{
+				Header:    ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer " + token(t, user, nil)}}),
+				TLSConfig: &tls.Config{InsecureSkipVerify: true},
+				Timeout:   5 * time.Second,
+			}
+			c, _, _, err := d.Dial(context.Background(), "wss://"+n.addr+"/ws") // the 101 comes before the backend step
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}, func(t *testing.T, c net.Conn) {})
+	})
+}
+
+func shutdownWithHandshakesInFlight(t *testing.T, mutate func(*config.Gateway), dial func(*testing.T, *testNode, string) net.Conn, check func(*testing.T, net.Conn)) {
 	ignore := goleak.IgnoreCurrent()
 	b := &slowConnect{Backend: cluster.NewMemory()}
-	n := startNodeWith(t, b, nil)
+	n := startNodeWith(t, b, mutate)
 	const k = 3
 	var clients []net.Conn
 	for i := range k {
-		c, err := net.Dial("tcp", n.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dial(t, n, fmt.Sprint("u", i))
 		defer c.Close()
 		clients = append(clients, c)
-		req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
-			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, fmt.Sprint("u", i), nil) + "\r\n\r\n"
-		if _, err := c.Write([]byte(req)); err != nil {
-			t.Fatal(err)
-		}
 	}
 	eventually(t, 5*time.Second, "handshakes in their backend step", func() bool { return b.inside.Load() == k })
 	n.stop()
@@ -246,13 +282,8 @@ func TestShutdownWaitsForHandshakesInFlight(t *testing.T) {
 	if c := n.hub.count(); c != 0 {
 		t.Fatalf("%d connections left after Shutdown", c)
 	}
-	// Each handshake got an answer: refused, the node shutting down.
 	for _, c := range clients {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, _ := io.ReadAll(c)
-		if !bytes.HasPrefix(b, []byte("HTTP/1.1 503")) || !bytes.Contains(b, []byte("shutting down")) {
-			t.Fatalf("answer to a handshake in flight: %q, want a 503 (node shutting down)", b)
-		}
+		check(t, c)
 	}
 	goleak.VerifyNone(t, ignore)
 }
