@@ -295,11 +295,11 @@ func TestSilentNodeIsDeadAfterThreeHeartbeats(t *testing.T) {
 	mem := cluster.NewMemory()
 	n := startNodeWith(t, mem, nil) // heartbeat every 200 ms
 	// Two records with no connection at all (the allocator's first
-	// choices if alive), written again before each call, one heartbeat
-	// and four heartbeats old.
+	// choices if alive), written again before each call: just now, and
+	// four heartbeats ago.
 	records := func() {
 		now := time.Now()
-		for id, age := range map[string]time.Duration{"fresh": n.cfg.HeartbeatInterval, "silent": 4 * n.cfg.HeartbeatInterval} {
+		for id, age := range map[string]time.Duration{"fresh": 0, "silent": 4 * n.cfg.HeartbeatInterval} {
 			rec := cluster.NodeInfo{ID: id, URL: "ws://" + id + "/ws", Status: cluster.StatusActive, Weight: 100, Heartbeat: now.Add(-age).UnixMilli()}
 			if err := mem.RegisterNode(context.Background(), rec); err != nil {
 				t.Fatal(err)
