@@ -118,7 +118,15 @@ func (a *acceptor) OnReadable(buf []byte) {
 				a.n.log.Warn("accept failed; retrying every 100ms", "err", err)
 			}
 			a.n.metrics.HandshakeRejected.WithLabelValues("accept_failed").Inc()
-			time.AfterFunc(100*time.Millisecond, a.rearm)
+			a.n.goFunc(func() {
+				t := time.NewTimer(100 * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					a.rearm()
+				case <-a.done:
+				}
+			})
 			return
 		}
 	}
@@ -210,13 +218,15 @@ func (a *acceptor) handOff(c net.Conn) {
 		return
 	default:
 	}
-	go func() {
+	if !a.n.goFunc(func() {
 		select {
 		case a.conns <- c:
 		case <-a.done:
 			c.Close()
 		}
-	}()
+	}) {
+		c.Close()
+	}
 }
 
 func sockaddrIP(sa unix.Sockaddr) string {
@@ -334,17 +344,21 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 	}
 	initial := append([]byte(nil), rest...)
 	fd, tok := h.fd, h.tok
-	h.fd = -1
 	// The socket now belongs to the connection being set up; this
 	// handler ignores its events until the connection takes them over
 	// (conn.startReading).
-	go n.establishOwn(fd, tok, adm, resp, initial)
+	if !n.goHandshake(func() { n.establishOwn(fd, tok, adm, resp, initial) }) {
+		n.release(&adm)
+		h.refuseLocked(shuttingDown())
+		return
+	}
+	h.fd = -1
 }
 
 // establishOwn runs the backend step of an admitted handshake and sends
 // the 101 with the welcome.
 func (n *Node) establishOwn(fd int, tok netpoll.Token, a admission, resp, initial []byte) {
-	if f := n.checkUserLimit(n.ctx, a.claims.Subject); f != nil {
+	if f := n.checkUserLimit(n.hsCtx, a.claims.Subject); f != nil {
 		n.release(&a)
 		n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
 		_, _ = unix.Write(fd, f.response())

@@ -564,7 +564,7 @@ func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
 		}
 		sem <- struct{}{}
 		wg.Add(1)
-		go func() {
+		f := func() {
 			defer func() { <-sem; wg.Done() }()
 			for _, i := range idx {
 				res, err := n.Publish(ctx, reqs[i])
@@ -574,7 +574,10 @@ func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
 					results[i] = res
 				}
 			}
-		}()
+		}
+		if !n.goFunc(f) {
+			f() // shutting down: the answers are errors, quickly
+		}
 	}
 	if len(together) > 0 {
 		slices.Sort(together) // batch order
@@ -672,23 +675,16 @@ func (n *Node) apiDisconnect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return unavailable("routes", err)
 	}
-	var remote []string
-	for _, id := range routeNodes(routes) {
-		if id == n.cfg.NodeID {
-			for _, c := range n.hub.userConns(user) {
-				c.close(protocol.CloseDisconnected, reason)
-			}
-		} else {
-			remote = append(remote, id)
-		}
+	byNode := map[string][]string{}
+	for _, rt := range routes {
+		byNode[rt.Node] = append(byNode[rt.Node], rt.ConnID)
 	}
-	if len(remote) > 0 {
-		env := encodeEnvelope(envelope{Kind: kindKick, User: user, Code: protocol.CloseDisconnected, Reason: reason}, nil)
-		if err := n.backend.Send(r.Context(), remote, env); err != nil {
-			return unavailable("bus", err)
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]int{"disconnected": len(routes)})
+	// N counts the closes confirmed within the request's time (their
+	// nodes go on being asked afterwards, see closeConns).
+	wait, cancel := context.WithTimeout(r.Context(), 4*time.Second)
+	defer cancel()
+	closed := n.closeConns(wait, user, byNode, protocol.CloseDisconnected, reason)
+	writeJSON(w, http.StatusOK, map[string]int{"disconnected": closed})
 	return nil
 }
 
@@ -725,7 +721,8 @@ func (n *Node) apiNodes(w http.ResponseWriter, r *http.Request) error {
 func (n *Node) apiDrain(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("node")
 	if id == n.cfg.NodeID {
-		go n.Drain("api")
+		n.draining.Store(true) // new handshakes refused from now on
+		n.goFunc(func() { n.Drain("api") })
 		writeJSON(w, http.StatusAccepted, map[string]string{"node": id, "status": "draining"})
 		return nil
 	}
@@ -742,8 +739,18 @@ func (n *Node) apiDrain(w http.ResponseWriter, r *http.Request) error {
 	if !found {
 		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no node %q in the cluster", id)}
 	}
-	if err := n.backend.Send(r.Context(), []string{id}, encodeEnvelope(envelope{Kind: kindDrain}, nil)); err != nil {
-		return unavailable("bus", err)
+	// The request is sent until the node answers or says draining (or is
+	// dead); the answer waits for that at most the request's time.
+	asked := make(chan struct{})
+	if !n.goFunc(func() {
+		defer close(asked)
+		n.ask(n.ctx, id, envelope{Kind: kindDrain}, n.drainNeeded(id))
+	}) {
+		return unavailable("drain", errors.New("node shutting down"))
+	}
+	select {
+	case <-asked:
+	case <-r.Context().Done():
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"node": id, "status": "draining"})
 	return nil

@@ -20,6 +20,7 @@ const (
 	kindKick       = "kick"  // close the user's connections (disconnect API, single device policy)
 	kindMembership = "room"  // the user joined or left a room
 	kindDrain      = "drain" // this node must drain
+	kindDone       = "done"  // answer to a request (kick or drain with a request id)
 )
 
 type envelope struct {
@@ -31,13 +32,19 @@ type envelope struct {
 	PubAt  int64  `json:"p,omitempty"`
 	Origin string `json:"o,omitempty"`
 
-	User   string `json:"u,omitempty"`
-	Room   string `json:"r,omitempty"`
-	Join   bool   `json:"j,omitempty"`
-	Except string `json:"x,omitempty"`    // kick: spare this connection
-	Conn   string `json:"conn,omitempty"` // kick: only this connection
-	Code   int    `json:"code,omitempty"`
-	Reason string `json:"why,omitempty"`
+	User   string   `json:"u,omitempty"`
+	Room   string   `json:"r,omitempty"`
+	Join   bool     `json:"j,omitempty"`
+	Except string   `json:"x,omitempty"`    // kick: spare this connection
+	Conn   string   `json:"conn,omitempty"` // kick: only this connection
+	Conns  []string `json:"cs,omitempty"`   // kick: only these connections
+	Code   int      `json:"code,omitempty"`
+	Reason string   `json:"why,omitempty"`
+
+	// A request (kick, drain) with an id wants an answer: kindDone with
+	// the same id, sent to From (see ask.go).
+	Req  string `json:"q,omitempty"`
+	From string `json:"f,omitempty"`
 }
 
 func encodeEnvelope(e envelope, body []byte) []byte {
@@ -185,6 +192,11 @@ func (n *Node) onBus(payload []byte) {
 			body = rest
 		}
 	case kindKick:
+		if e.Conns != nil {
+			n.closeLocal(e.User, e.Conns, e.Code, e.Reason)
+			n.answer(e)
+			return
+		}
 		for _, c := range n.hub.userConns(e.User) {
 			if id := c.connID(); id != e.Except && (e.Conn == "" || id == e.Conn) {
 				c.close(e.Code, e.Reason)
@@ -193,7 +205,11 @@ func (n *Node) onBus(payload []byte) {
 	case kindMembership:
 		n.applyMembership(e.User, e.Room, e.Join)
 	case kindDrain:
-		go n.Drain("api")
+		n.draining.Store(true) // new handshakes refused from now on
+		n.goFunc(func() { n.Drain("api") })
+		n.answer(e)
+	case kindDone:
+		n.asks.end(e.Req)
 	default:
 		n.log.Warn("unknown bus envelope ignored", "kind", e.Kind)
 	}
@@ -261,7 +277,7 @@ func busKindName(k string) string {
 	switch k {
 	case kindMessage, kindMessages:
 		return "message"
-	case kindKick, kindMembership, kindDrain:
+	case kindKick, kindMembership, kindDrain, kindDone:
 		return k
 	}
 	return "unknown"

@@ -201,7 +201,7 @@ type admission struct {
 func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 	req.ip = n.clientIP(req)
 	a := admission{ip: req.ip}
-	if !n.Ready() {
+	if !n.accepting() {
 		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node not accepting connections ("+n.notReadyReason()+")")
 		f.retryAfter = 5 * time.Second
 		return a, f
@@ -237,6 +237,13 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 }
 
 func (n *Node) release(a *admission) { n.ipConns.Release(a.ip) }
+
+// shuttingDown refuses a handshake that comes once Shutdown has started.
+func shuttingDown() *refusal {
+	f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node shutting down")
+	f.retryAfter = time.Second
+	return f
+}
 
 // checkUserLimit applies WSGATE_MAX_CONNS_PER_USER (a backend read).
 func (n *Node) checkUserLimit(ctx context.Context, user string) *refusal {
@@ -289,6 +296,11 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
 		return
 	}
+	if !n.startHandshake() {
+		n.refuse(w, shuttingDown())
+		return
+	}
+	defer n.endHandshake()
 	req := requestOf(r)
 	a, f := n.admit(&req)
 	if f == nil {
@@ -360,7 +372,7 @@ func (e errUnauthorized) Error() string { return string(e) }
 // the replay, then the live messages held meanwhile, and starts reading.
 func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial []byte) {
 	n.hub.add(c)
-	ctx, cancel := n.bctx(n.ctx)
+	ctx, cancel := n.bctx(n.hsCtx)
 	defer cancel()
 	fail := func(what string, err error) {
 		c.logger().Warn("connection setup failed", "step", what, "err", err)
@@ -369,6 +381,9 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 			// The 101 has not gone out (own accept path): refuse instead.
 			f := refuseWith(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
 			f.retryAfter = 5 * time.Second
+			if n.hsCtx.Err() != nil {
+				f = shuttingDown()
+			}
 			n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
 			_, _ = unix.Write(c.fd, f.response())
 			c.outq = nil
@@ -505,20 +520,12 @@ func (n *Node) replaceOthers(ctx context.Context, c *conn) {
 		}
 		older[r.Node] = append(older[r.Node], r.ConnID)
 	}
-	for node, ids := range older {
-		if node == n.cfg.NodeID {
-			for _, o := range n.hub.userConns(c.user) {
-				if slices.Contains(ids, o.connID()) {
-					o.close(protocol.CloseReplaced, "replaced by a newer connection")
-				}
-			}
-			continue
-		}
-		for _, id := range ids {
-			env := encodeEnvelope(envelope{Kind: kindKick, User: c.user, Conn: id, Code: protocol.CloseReplaced, Reason: "replaced by a newer connection"}, nil)
-			_ = n.backend.Send(ctx, []string{node}, env)
-		}
-	}
+	// The older connections close before the new one is welcomed; a node
+	// that does not confirm within 2 s is still asked afterwards, until
+	// the connection is gone or the node is dead.
+	wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	n.closeConns(wait, c.user, older, protocol.CloseReplaced, "replaced by a newer connection")
 }
 
 // forget removes an ended connection from the hub, the cluster and the

@@ -104,7 +104,7 @@ func (n *Node) recoverConnections(lost bool) {
 		}
 		sem <- struct{}{}
 		wg.Add(1)
-		go func() {
+		started := n.goFunc(func() {
 			defer func() { <-sem; wg.Done() }()
 			if lost {
 				ctx, cancel := context.WithTimeout(n.ctx, 2*time.Second)
@@ -120,7 +120,12 @@ func (n *Node) recoverConnections(lost bool) {
 				c.mu.Unlock()
 			}
 			c.resync()
-		}()
+		})
+		if !started { // shutting down
+			<-sem
+			wg.Done()
+			break
+		}
 	}
 	wg.Wait()
 }
@@ -169,10 +174,10 @@ func (n *Node) notReadyReason() string {
 	switch {
 	case n.draining.Load():
 		return "draining"
-	case n.Status() == cluster.StatusWarming:
-		return "warming up"
 	case !n.healthy.Load():
 		return "cluster backend unreachable"
+	case n.Status() == cluster.StatusWarming:
+		return "warming up"
 	}
 	return "not ready"
 }

@@ -30,6 +30,7 @@ const testSecret = "test-secret-0123456789"
 type testNode struct {
 	*Node
 	addr string
+	stop func() // Shutdown and wait for Serve (once; the test's cleanup calls it too)
 }
 
 func startNode(t *testing.T, mutate func(*config.Gateway)) *testNode {
@@ -68,13 +69,14 @@ func startNodeWith(t *testing.T, backend cluster.Backend, mutate func(*config.Ga
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); n.Serve(ln) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		n.Shutdown(ctx)
 		<-done
 	})
-	return &testNode{Node: n, addr: ln.Addr().String()}
+	t.Cleanup(stop)
+	return &testNode{Node: n, addr: ln.Addr().String(), stop: stop}
 }
 
 func token(t testing.TB, sub string, extra map[string]any) string {

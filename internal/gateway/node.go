@@ -76,9 +76,21 @@ type Node struct {
 	drainOnce sync.Once
 	drained   chan struct{} // closed when a drain has finished
 
+	asks askTable // requests to other nodes waiting for their answer
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	grMu   sync.RWMutex // read-held to start a goroutine, held to stop starting them
+	grDone bool         // Shutdown is waiting for the goroutines: no new one starts
+
+	// Handshakes in flight (admitted, not yet open or refused), which
+	// Shutdown waits for before it closes the connections; hsCtx bounds
+	// their backend step and ends when Shutdown starts.
+	hs       sync.WaitGroup
+	hsDone   bool // under grMu: Shutdown has started, new handshakes are refused
+	hsCtx    context.Context
+	hsCancel context.CancelFunc
 
 	mux      *http.ServeMux
 	srv      *http.Server
@@ -139,6 +151,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	rand.Read(b[:])
 	n.idPrefix = hex.EncodeToString(b[:])
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.hsCtx, n.hsCancel = context.WithCancel(n.ctx)
 	n.status.Store(cluster.StatusActive)
 	n.weight.Store(100)
 	if cfg.Warmup > 0 {
@@ -167,13 +180,48 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	return n, nil
 }
 
-// goFunc starts a goroutine the node owns.
-func (n *Node) goFunc(f func()) {
+// goFunc starts a goroutine the node owns: Shutdown waits for it. Once
+// Shutdown is waiting, f is not started and goFunc reports false (the
+// caller releases what f would have).
+func (n *Node) goFunc(f func()) bool {
+	n.grMu.RLock()
+	defer n.grMu.RUnlock()
+	if n.grDone {
+		return false
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		f()
 	}()
+	return true
+}
+
+// startHandshake counts a handshake in flight; false once Shutdown has
+// started (the handshake is refused). endHandshake is its end.
+func (n *Node) startHandshake() bool {
+	n.grMu.RLock()
+	defer n.grMu.RUnlock()
+	if n.hsDone {
+		return false
+	}
+	n.hs.Add(1)
+	return true
+}
+
+func (n *Node) endHandshake() { n.hs.Done() }
+
+// goHandshake runs f, a handshake's backend step and setup, on a
+// goroutine the node owns; false once Shutdown has started.
+func (n *Node) goHandshake(f func()) bool {
+	if !n.startHandshake() {
+		return false
+	}
+	if !n.goFunc(func() { defer n.endHandshake(); f() }) {
+		n.endHandshake()
+		return false
+	}
+	return true
 }
 
 // Handler is the node's whole HTTP surface (WebSocket, API, metrics, web).
@@ -228,12 +276,19 @@ func (n *Node) Serve(ln net.Listener) error {
 // process should then exit 0.
 func (n *Node) Drained() <-chan struct{} { return n.drained }
 
-// Shutdown stops accepting, closes every connection at once with 1001 and
-// stops the node's goroutines (a drain, for graceful stops, is Drain).
+// Shutdown stops accepting (new handshakes are refused, the backend step
+// of those in flight is cancelled and Shutdown waits for them to end),
+// closes every connection at once with 1001 and waits for every goroutine
+// the node started (a drain, for graceful stops, is Drain).
 func (n *Node) Shutdown(ctx context.Context) error {
+	n.grMu.Lock()
+	n.hsDone = true
+	n.grMu.Unlock()
+	n.hsCancel()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = n.srv.Shutdown(sctx)
 	cancel()
+	n.hs.Wait()
 	for _, c := range n.hub.all() {
 		c.close(1001, "node shutting down")
 	}
@@ -249,6 +304,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	_ = n.backend.RemoveNode(rctx, n.cfg.NodeID)
 	cancel()
 	n.cancel() // ends the writers (the channel stays open: a late kick may still send on it)
+	n.grMu.Lock()
+	n.grDone = true
+	n.grMu.Unlock()
 	n.wg.Wait()
 	n.poller.Close()
 	return nil
@@ -262,9 +320,17 @@ func (n *Node) setStatus(s cluster.NodeStatus) {
 	n.metrics.SetStatus(string(s))
 }
 
-// Ready reports whether the node accepts new connections.
+// Ready reports whether the node is ready (/readyz): accepting
+// connections and done warming up.
 func (n *Node) Ready() bool {
-	return n.Status() == cluster.StatusActive && n.healthy.Load() && !n.draining.Load()
+	return n.Status() == cluster.StatusActive && n.accepting()
+}
+
+// accepting reports whether the node takes new handshakes: not draining,
+// backend reachable. A warming node accepts (the allocator sends it a
+// share in proportion to its weight).
+func (n *Node) accepting() bool {
+	return n.healthy.Load() && !n.draining.Load()
 }
 
 func (n *Node) info() cluster.NodeInfo {
