@@ -15,7 +15,8 @@ package e2e
 // rule; a non-reliable message comes at most once; a gap frame is a
 // violation unless the test allows them (inbox limit or TTL exceeded on
 // purpose); the close code is one the run can cause (4008 only on a
-// connection that stopped reading).
+// connection that stopped reading); the welcome's inbox_seq is at least
+// every seq answered before the dial (seqs never go back).
 //
 // Per user: every seq the API answered reached at least one connection of
 // the user; every delivered reliable message is the one the API answered
@@ -46,11 +47,12 @@ type jobRec struct {
 	class    string
 
 	attempts int
-	seqs     []int64 // seqs of the 200 answers, in order (reliable)
-	answered bool    // some attempt was answered 200
-	unknown  bool    // some attempt had no definite answer (no answer, 5xx)
-	refused  bool    // some attempt was answered 503
-	rejected bool    // some attempt was answered 4xx (not stored)
+	seqs     []int64   // seqs of the 200 answers, in order (reliable)
+	answered bool      // some attempt was answered 200
+	unknown  bool      // some attempt had no definite answer (no answer, 5xx)
+	refused  bool      // some attempt was answered 503
+	rejected bool      // some attempt was answered 4xx (not stored)
+	firstAt  time.Time // when the first 200 answer came
 	history  []string
 }
 
@@ -86,6 +88,9 @@ func (l *ledger) attemptOn(job int, node string, status int, seq int64) {
 	}
 	switch {
 	case status == 200:
+		if !j.answered {
+			j.firstAt = time.Now()
+		}
 		j.answered = true
 		if j.reliable {
 			j.seqs = append(j.seqs, seq)
@@ -107,7 +112,7 @@ func (l *ledger) get(job int) *jobRec {
 // ---- the checker ----
 
 type violation struct {
-	kind string // duplicate, out-of-order, hole, tail-hole, gap, lost, wrong-message, stored-twice, delivered-503, duplicate-nonreliable, close-code, unknown-message
+	kind string // duplicate, out-of-order, hole, tail-hole, gap, lost, wrong-message, stored-twice, delivered-503, duplicate-nonreliable, close-code, unknown-message, inbox-seq
 	msg  string
 }
 
@@ -242,10 +247,25 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 		for q := range exists {
 			top = max(top, q)
 		}
+		// inboxBefore is the highest seq answered before t: a welcome
+		// dialled after that must report an inbox_seq at least as high.
+		inboxBefore := func(t time.Time) (int64, int) {
+			var best int64
+			job := -1
+			for q, jn := range answeredBy[user] {
+				if j := jobs[jn]; q > best && !j.firstAt.IsZero() && j.firstAt.Before(t) {
+					best, job = q, jn
+				}
+			}
+			return best, job
+		}
 		for _, c := range ucs {
 			if c.closed {
 				s.closeCodes[c.closeCode]++
 				checkClose(c, report)
+			}
+			if q, jn := inboxBefore(c.dialAt); !c.dialAt.IsZero() && q > c.inboxSeq {
+				report("inbox-seq", "%s: welcome inbox_seq %d, but seq %d (job %d) was answered before the dial: the user's seqs went back", connName(rec, c), c.inboxSeq, q, jn)
 			}
 			var high int64
 			if c.since != nil {
@@ -369,7 +389,7 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 			case len(j.seqs) > 0 && !slices.Contains(j.seqs, q):
 				// Under several seqs: reported below.
 				if len(deliveredAt[job]) == 1 && (j.keyed || !j.unknown) {
-					report("stored-twice", "%s: job %d answered seq %v but delivered under seq %d", user, job, j.seqs, q)
+					report("stored-twice", "%s: job %d answered seq %v but delivered under seq %d; attempts: %s", user, job, j.seqs, q, strings.Join(j.history, ", "))
 				}
 			case len(j.seqs) == 0 && !j.unknown:
 				report("unknown-message", "%s: seq %d carried job %d, whose every publish was refused", user, q, job)
@@ -381,7 +401,7 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 		for job, qs := range deliveredAt {
 			if j := jobs[job]; len(qs) > 1 && j != nil && j.keyed {
 				slices.Sort(qs)
-				report("stored-twice", "%s: job %d (idempotency key) delivered under seqs %v", user, job, qs)
+				report("stored-twice", "%s: job %d (idempotency key) delivered under seqs %v; answered %v; attempts: %s", user, job, qs, j.seqs, strings.Join(j.history, ", "))
 			}
 		}
 	}
@@ -559,6 +579,11 @@ func TestCheckerReportsViolations(t *testing.T) {
 		{"non-reliable answered 503 delivered", nil, []*connRec{conn("a", 1000, append(all(), msg(6, 0, 11))...)}, []string{"delivered-503"}},
 		{"4008 without a pause", nil, []*connRec{conn("a", 4008, msg(1, 1, 1), msg(2, 2, 2)), conn("a", 1000, all()...)}, []string{"close-code"}},
 		{"4008 after a pause", nil, []*connRec{func() *connRec { c := conn("a", 4008, msg(1, 1, 1), msg(2, 2, 2)); c.slow = true; return c }(), conn("a", 1000, all()...)}, nil},
+		{"inbox_seq behind an answered seq", nil, []*connRec{func() *connRec {
+			c := conn("a", 1000, all()...)
+			c.dialAt, c.inboxSeq = time.Now().Add(time.Hour), 4
+			return c
+		}()}, []string{"inbox-seq"}},
 		{"4003", nil, []*connRec{conn("a", 4003, msg(1, 1, 1), msg(2, 2, 2)), conn("a", 1000, all()...)}, []string{"close-code"}},
 	}
 	for _, tc := range cases {

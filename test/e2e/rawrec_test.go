@@ -70,6 +70,7 @@ type connRec struct {
 	connID    string
 	since     *int64 // resume point of the handshake; nil: none
 	inboxSeq  int64
+	dialAt    time.Time // the dial started
 	welcomeAt time.Time
 	slow      bool // the reader stopped reading for a while on it
 
@@ -229,12 +230,13 @@ func (r *rawClient) run() {
 		if err == nil {
 			var conn *client.Conn
 			var w *client.Welcome
+			dialAt := time.Now()
 			dctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
 			conn, w, err = client.Dial(dctx, url, client.DialOptions{Token: r.tok, Since: since, HandshakeTimeout: 5 * time.Second})
 			cancel()
 			if err == nil {
 				backoff = 50 * time.Millisecond
-				r.serve(conn, w, since)
+				r.serve(conn, w, since, dialAt)
 				continue
 			}
 		}
@@ -248,8 +250,8 @@ func (r *rawClient) run() {
 }
 
 // serve reads one connection until it ends.
-func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64) {
-	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, since: since, inboxSeq: w.InboxSeq, welcomeAt: time.Now()}
+func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, dialAt time.Time) {
+	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, since: since, inboxSeq: w.InboxSeq, dialAt: dialAt, welcomeAt: time.Now()}
 	r.mu.Lock()
 	r.conns = append(r.conns, c)
 	r.cur = conn
