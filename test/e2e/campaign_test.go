@@ -383,7 +383,11 @@ func (cp *campaign) send(msgs []cmpMsg) {
 				if st.status != http.StatusOK {
 					cp.failedAttempts.Add(1)
 				}
-				cp.ledger.attemptOn(msgs[i].job, g.ID, st.status, st.seq)
+				on := g.ID
+				if st.why != "" {
+					on += " (" + st.why + ")"
+				}
+				cp.ledger.attemptOn(msgs[i].job, on, st.status, st.seq)
 				if st.status == http.StatusConflict {
 					// The contract answers 409 for a key reused with
 					// another body only; the retry goes on.
@@ -409,6 +413,7 @@ func (cp *campaign) send(msgs []cmpMsg) {
 type postResult struct {
 	status int
 	seq    int64
+	why    string // the error of a failed attempt
 }
 
 // post sends one publish or batch and returns a status per message (0:
@@ -427,6 +432,9 @@ func (cp *campaign) post(g *gateway, msgs []cmpMsg) []postResult {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := g.c.http.Do(req)
 	if err != nil {
+		for i := range out {
+			out[i].why = err.Error()
+		}
 		return out
 	}
 	defer resp.Body.Close()
@@ -436,7 +444,7 @@ func (cp *campaign) post(g *gateway, msgs []cmpMsg) []postResult {
 	}
 	if resp.StatusCode != http.StatusOK {
 		for i := range out {
-			out[i].status = resp.StatusCode
+			out[i] = postResult{status: resp.StatusCode, why: string(bytes.TrimSpace(rb))}
 		}
 		return out
 	}
@@ -445,14 +453,15 @@ func (cp *campaign) post(g *gateway, msgs []cmpMsg) []postResult {
 		if json.Unmarshal(rb, &a) != nil {
 			return out
 		}
-		out[0] = postResult{http.StatusOK, a.Seq}
+		out[0] = postResult{status: http.StatusOK, seq: a.Seq}
 		return out
 	}
 	var a struct {
 		Results []struct {
 			Seq   int64 `json:"seq"`
 			Error *struct {
-				Code string `json:"code"`
+				Code    string `json:"code"`
+				Message string `json:"message"`
 			} `json:"error"`
 		} `json:"results"`
 	}
@@ -460,9 +469,12 @@ func (cp *campaign) post(g *gateway, msgs []cmpMsg) []postResult {
 		return out
 	}
 	for i, r := range a.Results {
+		if r.Error != nil {
+			out[i].why = r.Error.Code + ": " + r.Error.Message
+		}
 		switch {
 		case r.Error == nil:
-			out[i] = postResult{http.StatusOK, r.Seq}
+			out[i] = postResult{status: http.StatusOK, seq: r.Seq}
 		case r.Error.Code == "unavailable":
 			out[i].status = http.StatusServiceUnavailable
 		case r.Error.Code == "conflict":
