@@ -443,8 +443,15 @@ func (cp *campaign) post(g *gateway, msgs []cmpMsg) []postResult {
 		return out
 	}
 	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		why := string(bytes.TrimSpace(rb))
+		if json.Unmarshal(rb, &e) == nil && e.Error.Code != "" {
+			why = e.Error.Code + ": " + e.Error.Message
+		}
 		for i := range out {
-			out[i] = postResult{status: resp.StatusCode, why: string(bytes.TrimSpace(rb))}
+			out[i] = postResult{status: resp.StatusCode, why: why}
 		}
 		return out
 	}

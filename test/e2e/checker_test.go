@@ -233,6 +233,11 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 		deliveredJob := map[int64]int{}  // seq -> job carried
 		deliveredAt := map[int][]int64{} // job -> distinct seqs it was delivered under
 		delivered := map[int64]bool{}    // seqs delivered on some connection
+		type place struct {
+			c *connRec
+			i int
+		}
+		firstAt := map[int64]place{} // where each seq came first
 		for _, c := range ucs {
 			for _, e := range c.events {
 				switch {
@@ -349,6 +354,9 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 						report("wrong-message", "%s: seq %d carried job %d, another connection got job %d under it\n%s", connName(rec, c), e.seq, e.job, prev, window(rec, c, i))
 					}
 					deliveredJob[e.seq] = e.job
+					if _, ok := firstAt[e.seq]; !ok {
+						firstAt[e.seq] = place{c, i}
+					}
 					if !slices.Contains(deliveredAt[e.job], e.seq) {
 						deliveredAt[e.job] = append(deliveredAt[e.job], e.seq)
 					}
@@ -401,7 +409,9 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 		for job, qs := range deliveredAt {
 			if j := jobs[job]; len(qs) > 1 && j != nil && j.keyed {
 				slices.Sort(qs)
-				report("stored-twice", "%s: job %d (idempotency key) delivered under seqs %v; answered %v; attempts: %s", user, job, qs, j.seqs, strings.Join(j.history, ", "))
+				p := firstAt[qs[len(qs)-1]]
+				report("stored-twice", "%s: job %d (idempotency key) delivered under seqs %v; answered %v; attempts: %s\n%s\n%s",
+					user, job, qs, j.seqs, strings.Join(j.history, ", "), connName(rec, p.c), window(rec, p.c, p.i))
 			}
 		}
 	}
