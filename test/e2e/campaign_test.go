@@ -102,7 +102,8 @@ func campaignSeed(t *testing.T) uint64 {
 // checker catching it.
 func TestCampaign(t *testing.T) {
 	t.Parallel()
-	cp := &campaign{t: t, seed: campaignSeed(t), dur: 60 * time.Second, rec: newRecorder(), ledger: newLedger(), faultKind: map[string]int{}, conflicts: map[int]bool{}}
+	cp := &campaign{t: t, seed: campaignSeed(t), dur: 60 * time.Second, rec: newRecorder(), faultKind: map[string]int{}, conflicts: map[int]bool{}}
+	cp.ledger = newLedger(cp.rec)
 	cp.pre = fmt.Sprintf("seed %d: ", cp.seed)
 	if s := os.Getenv("WSGATE_CHAOS_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)

@@ -35,7 +35,8 @@ type chaos struct {
 }
 
 func newChaos(t *testing.T, c *gwCluster, users int) *chaos {
-	ch := &chaos{t: t, c: c, rec: newRecorder(), ledger: newLedger()}
+	ch := &chaos{t: t, c: c, rec: newRecorder()}
+	ch.ledger = newLedger(ch.rec)
 	for i := range users {
 		ch.users = append(ch.users, fmt.Sprintf("cu-%02d", i))
 	}

@@ -15,8 +15,9 @@ package e2e
 // rule; a non-reliable message comes at most once; a gap frame is a
 // violation unless the test allows them (inbox limit or TTL exceeded on
 // purpose); the close code is one the run can cause (4008 only on a
-// connection that stopped reading); the welcome's inbox_seq is at least
-// every seq answered before the dial (seqs never go back).
+// connection that stopped reading, 4001 only after a redirect frame); the
+// welcome's inbox_seq is at least every seq answered before the dial
+// (seqs never go back).
 //
 // Per user: every seq the API answered reached at least one connection of
 // the user; every delivered reliable message is the one the API answered
@@ -57,11 +58,14 @@ type jobRec struct {
 }
 
 type ledger struct {
+	rec  *recorder
 	mu   sync.Mutex
 	jobs map[int]*jobRec
 }
 
-func newLedger() *ledger { return &ledger{jobs: map[int]*jobRec{}} }
+// newLedger makes the ledger of a run whose clients record into rec
+// (the attempts' times are written as offsets from its start).
+func newLedger(rec *recorder) *ledger { return &ledger{rec: rec, jobs: map[int]*jobRec{}} }
 
 // add registers a job before its first attempt.
 func (l *ledger) add(j *jobRec) {
@@ -84,7 +88,7 @@ func (l *ledger) attemptOn(job int, node string, status int, seq int64) {
 	j := l.jobs[job]
 	j.attempts++
 	if node != "" {
-		j.history = append(j.history, fmt.Sprintf("%s on %s: %d seq %d", time.Now().Format("15:04:05.000"), node, status, seq))
+		j.history = append(j.history, fmt.Sprintf("%s on %s: %d seq %d", l.rec.offset(time.Now()), node, status, seq))
 	}
 	switch {
 	case status == 200:
@@ -425,8 +429,18 @@ func checkClose(c *connRec, report func(kind, format string, args ...any)) {
 		if c.ourClose {
 			return
 		}
-	case 1001, 1006, 4001:
-		return // shutdown, crash or broken socket, drain
+	case 4001:
+		// Drain: a redirect comes first (with no other active node the
+		// close is 1001, contract §7).
+		for _, e := range c.events {
+			if e.kind == evRedirect {
+				return
+			}
+		}
+		report("close-code", "%s/%s on %s: closed 4001 (drain) without a redirect frame before it (%q)", c.client, c.connID, c.node, c.closeReason)
+		return
+	case 1001, 1006:
+		return // shutdown without a target, crash or broken socket
 	case 4008:
 		if c.slow {
 			return
@@ -522,6 +536,7 @@ func assertRecords(t testing.TB, prefix string, rec *recorder, l *ledger, conns 
 // earlier ack).
 func TestCheckerReportsViolations(t *testing.T) {
 	t0 := time.Now()
+	rec := &recorder{start: t0}
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	msg := func(ms int, seq int64, job int) event {
 		return event{at: at(ms), kind: evMessage, seq: seq, job: job, id: fmt.Sprintf("m%d", job)}
@@ -531,7 +546,7 @@ func TestCheckerReportsViolations(t *testing.T) {
 	// Jobs 1..5 answered seqs 1..5 for u; job 10 is non-reliable, job 11
 	// non-reliable answered 503, job 12 reliable without answer (503).
 	mkLedger := func() *ledger {
-		l := newLedger()
+		l := newLedger(rec)
 		for j := 1; j <= 5; j++ {
 			l.add(&jobRec{job: j, user: "u", reliable: true, keyed: true})
 			l.attempt(j, 200, int64(j))
@@ -550,7 +565,6 @@ func TestCheckerReportsViolations(t *testing.T) {
 	all := func() []event {
 		return []event{msg(1, 1, 1), msg(2, 2, 2), msg(3, 3, 3), msg(4, 4, 4), msg(5, 5, 5)}
 	}
-	rec := &recorder{start: t0}
 	cases := []struct {
 		name  string
 		ledg  func(*ledger)
@@ -594,6 +608,8 @@ func TestCheckerReportsViolations(t *testing.T) {
 			c.dialAt, c.inboxSeq = time.Now().Add(time.Hour), 4
 			return c
 		}()}, []string{"inbox-seq"}},
+		{"4001 without a redirect", nil, []*connRec{conn("a", 4001, msg(1, 1, 1), msg(2, 2, 2)), conn("a", 1000, all()...)}, []string{"close-code"}},
+		{"4001 after a redirect", nil, []*connRec{conn("a", 4001, msg(1, 1, 1), msg(2, 2, 2), event{at: at(3), kind: evRedirect, job: -1}), conn("a", 1000, all()...)}, nil},
 		{"4003", nil, []*connRec{conn("a", 4003, msg(1, 1, 1), msg(2, 2, 2)), conn("a", 1000, all()...)}, []string{"close-code"}},
 	}
 	for _, tc := range cases {

@@ -42,7 +42,8 @@ func TestNodeKilled(t *testing.T) {
 	doomed := n[2]
 	// Everyone starts on n3; once it is dead the allocator of n1 places them.
 	alloc := newTestAllocator(t, func() (string, error) { return doomed.WS(), nil })
-	rec, l := newRecorder(), newLedger()
+	rec := newRecorder()
+	l := newLedger(rec)
 	var clients []*rawClient
 	for i := range 6 {
 		user := fmt.Sprintf("k-%d", i)
