@@ -92,12 +92,12 @@ func campaignSeed(t *testing.T) uint64 {
 // Everything the run does is drawn from one seed (the publish mix, the
 // users and clients, the fault schedule and the deployment; timing jitters):
 //
-//	go test -race -count=1 -timeout 30m ./test/e2e/ -run TestCampaign -v \
-//	    WSGATE_CHAOS_SEED=123 WSGATE_CHAOS_DURATION=10m
+//	WSGATE_CHAOS_SEED=123 WSGATE_CHAOS_DURATION=10m \
+//	    go test -race -count=1 -timeout 30m -v -run 'TestCampaign$' ./test/e2e/
 //
-// (set the two variables in the environment). The seed is printed at the
-// start and repeated by every failure. WSGATE_CHAOS_DURATION defaults to
-// 60s; WSGATE_CHAOS_REDIS=standalone|sentinel overrides the deployment;
+// The seed is printed at the start and repeated by every failure.
+// WSGATE_CHAOS_DURATION defaults to 60s (the run in `make test`);
+// WSGATE_CHAOS_REDIS=standalone|sentinel overrides the deployment;
 // WSGATE_CHAOS_INJECT=dup|reorder corrupts one recorded frame to show the
 // checker catching it.
 func TestCampaign(t *testing.T) {
