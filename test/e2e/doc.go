@@ -14,6 +14,9 @@
 //	routecache_test.go  users moving between nodes, quick reconnects
 //	cost_test.go        Redis commands per operation (go test -v -run TestRedisCommandsPerOperation)
 //	chaos_test.go       reconnecting clients, a steady reliable publisher, and everything at once
+//	campaign_test.go    a randomized, seeded fault campaign (WSGATE_CHAOS_SEED, WSGATE_CHAOS_DURATION)
+//	rawrec_test.go      rawClient: reconnects and records every server frame off the socket, and its acks
+//	checker_test.go     the independent checker of those records against the publisher's ledger
 //
 // Run with
 //

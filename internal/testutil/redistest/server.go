@@ -40,6 +40,9 @@ type Options struct {
 	// AOF turns on the append-only file (appendfsync everysec), so that
 	// Stop and Start keep the data. Without it a restart starts empty.
 	AOF bool
+	// AppendFsync is the appendfsync policy of the AOF (default
+	// "everysec"); "always" keeps every acknowledged write across a crash.
+	AppendFsync string
 }
 
 // Server is one redis-server process.
@@ -61,7 +64,11 @@ func Standalone(t testing.TB, opt Options) *Server {
 	if opt.AOF {
 		aof = "yes"
 	}
-	return startServer(t, t.TempDir(), false, "--appendonly", aof, "--appendfsync", "everysec")
+	fsync := opt.AppendFsync
+	if fsync == "" {
+		fsync = "everysec"
+	}
+	return startServer(t, t.TempDir(), false, "--appendonly", aof, "--appendfsync", fsync)
 }
 
 // startServer picks a free port and starts a server on it, trying other
@@ -173,6 +180,16 @@ func (s *Server) Kill() { s.current().Kill() }
 // answers, like a server that hangs. Resume continues it.
 func (s *Server) Pause()  { s.current().Signal(syscall.SIGSTOP) }
 func (s *Server) Resume() { s.current().Signal(syscall.SIGCONT) }
+
+// KillClients closes the server's client connections of one type
+// (CLIENT KILL TYPE normal|pubsub|replica|master) and returns how many
+// it closed. A "normal" kill closes the connection of Client too (it
+// reconnects on its next command).
+func (s *Server) KillClients(typ string) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Client().Do(ctx, "CLIENT", "KILL", "TYPE", typ).Int64()
+}
 
 // Flush empties every database of this server (it is always one this
 // package started).
