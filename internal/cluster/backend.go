@@ -74,12 +74,33 @@ type ConnectResult struct {
 type AppendResult struct {
 	Seq    int64
 	Routes []Route // the user's live routes at the time of the append
+	// Existing: the append's Key had stored the message already (Seq is
+	// that message's); nothing was stored now.
+	Existing bool
 }
 
 // InboxAppend is one message of AppendInboxes.
 type InboxAppend struct {
 	User    string
 	Payload []byte
+	// Key, when set, binds the message to a publisher idempotency key in
+	// the same atomic step as the append: for KeyLifetime, another append
+	// to the user with the same Key stores nothing and answers the first
+	// one's seq (AppendResult.Existing), also when the first append's
+	// caller got an error (a timeout, ErrNotReplicated).
+	Key string
+}
+
+// KeyLifetime is how long an idempotency key is remembered, by ClaimKey
+// callers (the gateway) and by inbox appends (InboxAppend.Key).
+const KeyLifetime = 5 * time.Minute
+
+// KeyClaim is the answer to ClaimKey.
+type KeyClaim struct {
+	Claimed  bool   // the caller runs the call, with message id ID
+	ID       string // the message id of the first call for the key
+	Answer   []byte // the stored answer (not claimed, call done)
+	Conflict bool   // the key was claimed for another fingerprint
 }
 
 // AppendOutcome is the answer to one message of AppendInboxes: its result,
@@ -176,12 +197,16 @@ type Backend interface {
 	Broadcast(ctx context.Context, payload []byte) error
 	Subscribe(ctx context.Context, node string, handle func(payload []byte)) error
 
-	// Publisher idempotency. ClaimKey reserves key for ttl: claimed is
-	// true for the first caller; a later caller gets claimed false and the
-	// stored answer (nil while the first call is still in progress).
-	// StoreKey records the answer of a claimed key; ReleaseKey drops a
-	// claim whose call failed, so that a retry may run.
-	ClaimKey(ctx context.Context, key string, ttl time.Duration) (claimed bool, answer []byte, err error)
+	// Publisher idempotency. ClaimKey reserves key for ttl on behalf of a
+	// request whose body has fingerprint fp and whose message would get
+	// id. The first caller gets Claimed with ID = id; a caller with another
+	// fp gets Conflict; a caller with the same fp gets the stored answer,
+	// or neither while the first call is in progress. StoreKey records the
+	// answer of a claimed key. ReleaseKey marks a claim whose call failed:
+	// the key keeps its fp and message id, and the next ClaimKey with that
+	// fp claims it again with the first ID (so that a retry republishes
+	// the same message; an inbox append with the same Key finds it stored).
+	ClaimKey(ctx context.Context, key, fp, id string, ttl time.Duration) (KeyClaim, error)
 	StoreKey(ctx context.Context, key string, answer []byte, ttl time.Duration) error
 	ReleaseKey(ctx context.Context, key string) error
 

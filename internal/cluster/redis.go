@@ -285,6 +285,19 @@ func notExecuted(err error) bool {
 	return false
 }
 
+// errPastDeadline: a script found its caller's deadline passed and did
+// nothing.
+var errPastDeadline = fmt.Errorf("%w: the call reached redis after its deadline", ErrUnavailable)
+
+// deadlineMs is ctx's deadline in Unix ms for a script's deadline check
+// (luaPastDeadline); 0 when there is none.
+func deadlineMs(ctx context.Context) int64 {
+	if d, ok := ctx.Deadline(); ok {
+		return d.UnixMilli()
+	}
+	return 0
+}
+
 var redisLogOnce sync.Once
 
 // goRedisLogger sends go-redis's own log lines (reconnects, sentinel

@@ -71,39 +71,45 @@ type scriptBatcher struct{ batcher[*appendReq] }
 
 // appendReq is one message to append (scriptAppend).
 type appendReq struct {
-	keys    []string // seq, ack, inbox, routes
+	keys    []string // seq, ack, inbox, routes, idempotency record
 	opt     [3]int64 // ttlMs, limit, keepMs
 	now     int64    // Unix ms
+	keyMs   int64    // lifetime of the idempotency record (0: no key)
 	payload []byte
 	reply   []any // {seq, routes} or {0, error message}
 	err     error
 	done    chan struct{}
 }
 
-func (r *Redis) newAppendReq(user string, payload []byte, opt InboxOptions, now time.Time) *appendReq {
+func (r *Redis) newAppendReq(a InboxAppend, opt InboxOptions, now time.Time) *appendReq {
 	var ttl, keep int64
 	if opt.TTL > 0 {
 		ttl = max(opt.TTL.Milliseconds(), 1)
 		keep = max(opt.TTL, minSeqLifetime).Milliseconds()
 	}
-	return &appendReq{
-		keys:    []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user), r.k.routes(user)},
+	u := a.User
+	q := &appendReq{
+		keys:    []string{r.k.seq(u), r.k.ack(u), r.k.inbox(u), r.k.routes(u), r.k.seq(u)},
 		opt:     [3]int64{ttl, int64(max(opt.Limit, 0)), keep},
 		now:     now.UnixMilli(),
-		payload: payload,
+		payload: a.Payload,
 		done:    make(chan struct{}),
 	}
+	if a.Key != "" {
+		q.keys[4], q.keyMs = r.k.userIdem(u, a.Key), KeyLifetime.Milliseconds()
+	}
+	return q
 }
 
 // keysArgs are scriptAppend's keys and arguments for appending qs in one
 // call (they share their options).
 func appendKeysArgs(qs []*appendReq) ([]string, []any) {
-	keys := make([]string, 0, 4*len(qs))
-	args := make([]any, 0, 4+len(qs))
+	keys := make([]string, 0, 5*len(qs))
+	args := make([]any, 0, 4+2*len(qs))
 	args = append(args, qs[0].now, qs[0].opt[0], qs[0].opt[1], qs[0].opt[2])
 	for _, q := range qs {
 		keys = append(keys, q.keys...)
-		args = append(args, q.payload)
+		args = append(args, q.keyMs, q.payload)
 	}
 	return keys, args
 }

@@ -26,8 +26,12 @@ const waitTimeout = time.Second
 // minSeqLifetime): seqs are never reused while a message or a client's
 // memory of one could be around.
 func (r *Redis) AppendInbox(ctx context.Context, user string, payload []byte, opt InboxOptions) (AppendResult, error) {
+	return r.appendOne(ctx, InboxAppend{User: user, Payload: payload}, opt)
+}
+
+func (r *Redis) appendOne(ctx context.Context, a InboxAppend, opt InboxOptions) (AppendResult, error) {
 	now := time.Now()
-	q := r.newAppendReq(user, payload, opt, now)
+	q := r.newAppendReq(a, opt, now)
 	var reply []any
 	var acked int64 = -1
 	// Not idempotent: a repeat after a lost reply would store the message
@@ -45,7 +49,7 @@ func (r *Redis) AppendInbox(ctx context.Context, user string, payload []byte, op
 	if err != nil {
 		return AppendResult{}, err
 	}
-	res, err := decodeAppend(user, reply, now)
+	res, err := decodeAppend(a.User, reply, now)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -67,7 +71,7 @@ func (r *Redis) AppendInboxes(ctx context.Context, msgs []InboxAppend, opt Inbox
 	}
 	if r.opt.Replicas > 0 {
 		appendEachUser(ctx, msgs, out, func(ctx context.Context, m InboxAppend) (AppendResult, error) {
-			return r.AppendInbox(ctx, m.User, m.Payload, opt)
+			return r.appendOne(ctx, m, opt)
 		})
 		return out
 	}
@@ -76,7 +80,7 @@ func (r *Redis) AppendInboxes(ctx context.Context, msgs []InboxAppend, opt Inbox
 	now := time.Now()
 	reqs := make([]*appendReq, len(msgs))
 	for i, m := range msgs {
-		reqs[i] = r.newAppendReq(m.User, m.Payload, opt, now)
+		reqs[i] = r.newAppendReq(m, opt, now)
 	}
 	r.appends.addAll(reqs, r.appendBatch)
 	for i, q := range reqs {
@@ -178,10 +182,11 @@ func decodeAppend(user string, parts []any, now time.Time) (AppendResult, error)
 		return AppendResult{}, fmt.Errorf("cluster: redis append inbox: %s", msg)
 	}
 	flat, ok2 := parts[1].([]any)
-	if !ok || !ok2 || seq <= 0 {
+	if !ok || !ok2 || seq == 0 {
 		return AppendResult{}, fmt.Errorf("cluster: redis append: unexpected reply %v", parts)
 	}
-	return AppendResult{Seq: seq, Routes: decodeRoutesFlat(user, flat, now)}, nil
+	// A negative seq: the message's idempotency key had stored it.
+	return AppendResult{Seq: max(seq, -seq), Existing: seq < 0, Routes: decodeRoutesFlat(user, flat, now)}, nil
 }
 
 // decodeRoutesFlat is decodeRoutes on a flat HGETALL reply (field, value,
