@@ -289,15 +289,6 @@ func notExecuted(err error) bool {
 // nothing.
 var errPastDeadline = fmt.Errorf("%w: the call reached redis after its deadline", ErrUnavailable)
 
-// deadlineMs is ctx's deadline in Unix ms for a script's deadline check
-// (luaPastDeadline); 0 when there is none.
-func deadlineMs(ctx context.Context) int64 {
-	if d, ok := ctx.Deadline(); ok {
-		return d.UnixMilli()
-	}
-	return 0
-}
-
 var redisLogOnce sync.Once
 
 // goRedisLogger sends go-redis's own log lines (reconnects, sentinel

@@ -13,13 +13,12 @@ import (
 
 // connectReq is one Connect waiting for its batch.
 type connectReq struct {
+	reqBase
 	route Route
 	ttl   time.Duration
 	since int64
 	opt   InboxOptions
 	res   ConnectResult
-	err   error
-	done  chan struct{}
 }
 
 // connectBatcher pipelines concurrent Connect calls: under a connect
@@ -28,27 +27,22 @@ type connectBatcher struct{ batcher[*connectReq] }
 
 // Connect implements Backend with scriptConnect, pipelined across callers.
 func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error) {
-	ctx, cancel := r.bound(ctx)
-	defer cancel()
-	req := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt, done: make(chan struct{})}
-	r.connects.add(req, r.connectBatch)
-	select {
-	case <-req.done:
-		return req.res, req.err
-	case <-ctx.Done():
-		return ConnectResult{}, fmt.Errorf("cluster: redis connect: %w", ctx.Err())
+	q := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt}
+	if err := r.connects.call(ctx, r, "connect", r.connectBatch, q); err != nil {
+		return ConnectResult{}, err
 	}
+	return q.res, nil
 }
 
 func (r *Redis) connectBatch(batch []*connectReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	ctx, cancel := batchCtx(batch)
 	defer cancel()
-	now := time.Now()
 	keysArgs := func(q *connectReq) ([]string, []any) {
 		u := q.route.User
+		now := time.Now()
 		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u)},
 			[]any{q.route.ConnID, encodeRoute(q.route, now.Add(q.ttl).UnixMilli()), (q.ttl + keySlack).Milliseconds(),
-				now.UnixMilli(), q.since, max(q.opt.Limit, 0)}
+				now.UnixMilli(), q.since, max(q.opt.Limit, 0), sendDeadline(q.ctx, now)}
 	}
 	cmds := make([]*redis.Cmd, len(batch))
 	// Every call is idempotent (a route HSET and reads), so the batch may
@@ -74,15 +68,15 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 			keys, args := keysArgs(q)
 			cmds[i] = scriptConnect.Run(ctx, r.c, keys, args...)
 		}
+		qerr := err
 		switch {
-		case err != nil:
-			q.err = err
+		case qerr != nil:
 		case cmds[i].Err() != nil:
-			q.err = r.wrap("connect", cmds[i].Err())
+			qerr = r.wrap("connect", cmds[i].Err())
 		default:
-			q.res, q.err = decodeConnect(q.since, cmds[i].Val())
+			q.res, qerr = decodeConnect(q.since, cmds[i].Val())
 		}
-		close(q.done)
+		q.finish(qerr)
 	}
 }
 
@@ -91,6 +85,9 @@ func isNoScript(err error) bool {
 }
 
 func decodeConnect(since int64, reply any) (ConnectResult, error) {
+	if v, ok := reply.(int64); ok && v == 0 {
+		return ConnectResult{}, errPastDeadline
+	}
 	parts, ok := reply.([]any)
 	if !ok || len(parts) != 5 {
 		return ConnectResult{}, fmt.Errorf("cluster: redis connect: unexpected reply %T", reply)

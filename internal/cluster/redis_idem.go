@@ -52,7 +52,7 @@ func (r *Redis) ClaimKey(ctx context.Context, key, fp, id string, ttl time.Durat
 	// Not idempotent: a repeat after a lost reply would find its own claim
 	// pending.
 	err := r.do(ctx, "claim key", false, func(ctx context.Context) error {
-		reply, err := scriptClaimKey.Run(ctx, r.c, []string{r.k.idem(key)}, fp, id, max(ttl.Milliseconds(), 1), deadlineMs(ctx)).Slice()
+		reply, err := scriptClaimKey.Run(ctx, r.c, []string{r.k.idem(key)}, fp, id, max(ttl.Milliseconds(), 1), sendDeadline(ctx, time.Now())).Slice()
 		if err != nil {
 			return err
 		}

@@ -38,10 +38,15 @@ func (r *Redis) appendOne(ctx context.Context, a InboxAppend, opt InboxOptions) 
 	// twice under two seqs.
 	var err error
 	if r.opt.Replicas == 0 {
-		reply, err = r.appends.run(ctx, r, q)
+		// On a timeout the append may still run (unless its script finds
+		// the deadline passed); the caller answers 503 and a retry with
+		// the same idempotency key is safe.
+		err = r.appends.call(ctx, r, "append inbox", r.appendBatch, q)
+		reply = q.reply
 	} else {
 		err = r.do(ctx, "append inbox", false, func(ctx context.Context) (err error) {
-			keys, args := appendKeysArgs([]*appendReq{q})
+			q.reqBase = newReqBase(ctx)
+			keys, args := appendKeysArgs([]*appendReq{q}, time.Now())
 			reply, acked, err = r.appendAndWait(ctx, keys, args)
 			return err
 		})
@@ -81,25 +86,19 @@ func (r *Redis) AppendInboxes(ctx context.Context, msgs []InboxAppend, opt Inbox
 	reqs := make([]*appendReq, len(msgs))
 	for i, m := range msgs {
 		reqs[i] = r.newAppendReq(m, opt, now)
+		reqs[i].reqBase = newReqBase(ctx)
 	}
-	r.appends.addAll(reqs, r.appendBatch)
+	if err := r.appends.add(r.appendBatch, reqs...); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
 	for i, q := range reqs {
-		select {
-		case <-q.done:
-		case <-ctx.Done():
-			select {
-			case <-q.done:
-			default:
-				// As in AppendInbox: the append may still run.
-				out[i].Err = fmt.Errorf("%w: redis append inbox: %w", ErrUnavailable, ctx.Err())
-				continue
-			}
+		// As in AppendInbox: on a timeout the append may still run.
+		if out[i].Err = q.wait("append inbox"); out[i].Err == nil {
+			out[i].AppendResult, out[i].Err = decodeAppend(msgs[i].User, q.reply, now)
 		}
-		if q.err != nil {
-			out[i].Err = q.err
-			continue
-		}
-		out[i].AppendResult, out[i].Err = decodeAppend(msgs[i].User, q.reply, now)
 	}
 	return out
 }
@@ -179,6 +178,9 @@ func decodeAppend(user string, parts []any, now time.Time) (AppendResult, error)
 	}
 	seq, ok := parts[0].(int64)
 	if msg, isErr := parts[1].(string); ok && seq == 0 && isErr {
+		if msg == "past deadline" {
+			return AppendResult{}, errPastDeadline
+		}
 		return AppendResult{}, fmt.Errorf("cluster: redis append inbox: %s", msg)
 	}
 	flat, ok2 := parts[1].([]any)
@@ -256,23 +258,13 @@ func decodeInboxMember(s string) (InboxMessage, error) {
 // Ack implements Backend with one script (scriptAck), pipelined across
 // callers: the acks of many users share a round trip.
 func (r *Redis) Ack(ctx context.Context, user string, seq int64) error {
-	ctx, cancel := r.bound(ctx)
-	defer cancel()
-	q := &ackReq{keys: []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user)}, seq: seq, done: make(chan struct{})}
-	r.acks.add(q, r.ackBatch)
-	select {
-	case <-q.done:
-		return q.err
-	case <-ctx.Done():
-		return r.wrap("ack", ctx.Err())
-	}
+	return r.acks.call(ctx, r, "ack", r.ackBatch, &ackReq{keys: []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user)}, seq: seq})
 }
 
 type ackReq struct {
+	reqBase
 	keys []string
 	seq  int64
-	err  error
-	done chan struct{}
 }
 
 // ackBatcher pipelines concurrent Ack calls.
@@ -282,7 +274,7 @@ type ackBatcher struct{ batcher[*ackReq] }
 // (cumulative, never backwards), so the whole batch is sent again after a
 // connection error or a transient error reply.
 func (r *Redis) ackBatch(batch []*ackReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	ctx, cancel := batchCtx(batch)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(batch))
 	err := r.do(ctx, "ack", true, func(ctx context.Context) error {
@@ -307,13 +299,10 @@ func (r *Redis) ackBatch(batch []*ackReq) {
 		if err == nil && isNoScript(cmds[i].Err()) {
 			cmds[i] = scriptAck.Run(ctx, r.c, q.keys, q.seq)
 		}
-		switch {
-		case err != nil:
-			q.err = err
-		case cmds[i].Err() != nil:
-			q.err = r.wrap("ack", cmds[i].Err())
+		if err == nil && cmds[i].Err() != nil {
+			err = r.wrap("ack", cmds[i].Err())
 		}
-		close(q.done)
+		q.finish(err)
 	}
 }
 

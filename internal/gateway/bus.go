@@ -37,6 +37,12 @@ type envelope struct {
 	Conn   string `json:"conn,omitempty"` // kick: only this connection
 	Code   int    `json:"code,omitempty"`
 	Reason string `json:"why,omitempty"`
+
+	// Deadline (Unix ms; 0 = none): the publisher answered its caller an
+	// error if the send had not completed by then, so a receiver drops an
+	// envelope that arrives later (it was sent from a Redis socket that
+	// hung, after the caller was told "unavailable").
+	Deadline int64 `json:"d,omitempty"`
 }
 
 func encodeEnvelope(e envelope, body []byte) []byte {
@@ -154,6 +160,10 @@ func (n *Node) onBus(payload []byte) {
 		return
 	}
 	body := payload[i+1:]
+	if e.Deadline > 0 && time.Now().UnixMilli() > e.Deadline {
+		n.log.Debug("bus envelope past its publisher's deadline dropped", "kind", e.Kind)
+		return
+	}
 	n.metrics.BusReceived.WithLabelValues(busKindName(e.Kind)).Inc()
 	switch e.Kind {
 	case kindMessage:

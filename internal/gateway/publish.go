@@ -221,10 +221,15 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 	case protocol.TargetBroadcast:
 		// Over the bus first: a broadcast answered 503 is delivered
 		// nowhere, so that a retry does not deliver it twice here.
+		// The envelope carries the send's deadline: a receiver drops it
+		// when it arrives after the caller was answered 503.
+		bctx, cancel := context.WithTimeout(ctx, busSendTimeout)
+		defer cancel()
+		dl, _ := bctx.Deadline()
 		body := protocol.AppendMessageJSON(nil, &msg)
-		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID}, body)
+		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli()}, body)
 		start := time.Now()
-		err := n.backend.Broadcast(ctx, env)
+		err := n.backend.Broadcast(bctx, env)
 		n.observe("bus", start, err)
 		if err != nil {
 			return PublishResult{}, unavailable("broadcast", err)
@@ -233,6 +238,12 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 	}
 	return res, nil
 }
+
+// busSendTimeout bounds a bus send whose failure is answered to the caller
+// (a broadcast): below the Redis read timeout, so that the send fails at
+// its context's deadline at the earliest, the deadline its envelope
+// carries.
+const busSendTimeout = 1500 * time.Millisecond
 
 // route delivers msg locally if this node is among nodes, and sends it to
 // the others over the bus.
