@@ -64,6 +64,16 @@ type InboxRead struct {
 	Acked    int64 // highest acknowledged seq
 }
 
+// ConnLimit bounds a user's connections at Connect: Max live routes
+// (0 = no limit), not counting routes on IgnoreNodes (dead nodes).
+type ConnLimit struct {
+	Max         int
+	IgnoreNodes []string
+}
+
+// ErrConnLimit is Connect's answer when the user has lim.Max routes.
+var ErrConnLimit = errors.New("cluster: user has too many connections")
+
 // ConnectResult is the answer to Connect.
 type ConnectResult struct {
 	Rooms []string  // the user's rooms
@@ -143,7 +153,13 @@ type Backend interface {
 	// connection. The Redis backend runs it as one script and pipelines
 	// concurrent calls, so a connect storm costs a fraction of a round trip
 	// per connection.
-	Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error)
+	//
+	// With lim.Max > 0 the route is stored only if the user has fewer than
+	// lim.Max other live routes (not expired, not on a node of
+	// lim.IgnoreNodes), checked and stored in the same atomic step, so
+	// that concurrent connects of one user on any nodes never exceed it;
+	// otherwise nothing is stored and the error is ErrConnLimit.
+	Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions, lim ConnLimit) (ConnectResult, error)
 
 	// AddRoutes registers or refreshes routes (batched: one call per many
 	// connections) with the given lifetime.

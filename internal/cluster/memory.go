@@ -165,6 +165,11 @@ func (m *Memory) AddRoutes(ctx context.Context, routes []Route, ttl time.Duratio
 		return err
 	}
 	defer m.mu.Unlock()
+	m.addRoutesLocked(routes, ttl)
+	return nil
+}
+
+func (m *Memory) addRoutesLocked(routes []Route, ttl time.Duration) {
 	expires := m.now().Add(ttl)
 	for _, r := range routes {
 		conns := m.routes[r.User]
@@ -174,7 +179,6 @@ func (m *Memory) AddRoutes(ctx context.Context, routes []Route, ttl time.Duratio
 		}
 		conns[r.ConnID] = memRoute{node: r.Node, connectedAt: r.ConnectedAt, expires: expires}
 	}
-	return nil
 }
 
 // RemoveRoute implements Backend.

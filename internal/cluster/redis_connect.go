@@ -18,6 +18,7 @@ type connectReq struct {
 	ttl   time.Duration
 	since int64
 	opt   InboxOptions
+	lim   ConnLimit
 	res   ConnectResult
 }
 
@@ -26,8 +27,8 @@ type connectReq struct {
 type connectBatcher struct{ batcher[*connectReq] }
 
 // Connect implements Backend with scriptConnect, pipelined across callers.
-func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error) {
-	q := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt}
+func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions, lim ConnLimit) (ConnectResult, error) {
+	q := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt, lim: lim}
 	if err := r.connects.call(ctx, r, "connect", r.connectBatch, q); err != nil {
 		return ConnectResult{}, err
 	}
@@ -40,9 +41,12 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 	keysArgs := func(q *connectReq) ([]string, []any) {
 		u := q.route.User
 		now := time.Now()
-		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u)},
-			[]any{q.route.ConnID, encodeRoute(q.route, now.Add(q.ttl).UnixMilli()), (q.ttl + keySlack).Milliseconds(),
-				now.UnixMilli(), q.since, max(q.opt.Limit, 0), sendDeadline(q.ctx, now)}
+		args := []any{q.route.ConnID, encodeRoute(q.route, now.Add(q.ttl).UnixMilli()), (q.ttl + keySlack).Milliseconds(),
+			now.UnixMilli(), q.since, max(q.opt.Limit, 0), sendDeadline(q.ctx, now), max(q.lim.Max, 0)}
+		if q.lim.Max > 0 {
+			args = append(args, toAny(q.lim.IgnoreNodes)...)
+		}
+		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u)}, args
 	}
 	cmds := make([]*redis.Cmd, len(batch))
 	// Every call is idempotent (a route HSET and reads), so the batch may
@@ -85,7 +89,10 @@ func isNoScript(err error) bool {
 }
 
 func decodeConnect(since int64, reply any) (ConnectResult, error) {
-	if v, ok := reply.(int64); ok && v == 0 {
+	if v, ok := reply.(int64); ok {
+		if v == 1 {
+			return ConnectResult{}, ErrConnLimit
+		}
 		return ConnectResult{}, errPastDeadline
 	}
 	parts, ok := reply.([]any)

@@ -27,7 +27,7 @@ func TestRedisCallsGivenUpDoNothingLater(t *testing.T) {
 		}
 	}
 	must(b.Ping(ctx)) // scripts are loaded on first use: load them now
-	_, err := b.Connect(ctx, cluster.Route{User: "warm", ConnID: "c", Node: "n1", ConnectedAt: 1}, time.Hour, 0, cluster.InboxOptions{})
+	_, err := b.Connect(ctx, cluster.Route{User: "warm", ConnID: "c", Node: "n1", ConnectedAt: 1}, time.Hour, 0, cluster.InboxOptions{}, cluster.ConnLimit{})
 	must(err)
 	_, err = b.AppendInbox(ctx, "warm", []byte("x"), cluster.InboxOptions{})
 	must(err)
@@ -47,7 +47,7 @@ func TestRedisCallsGivenUpDoNothingLater(t *testing.T) {
 	var succeeded []string
 	calls := []func(ctx context.Context, u string) error{
 		func(ctx context.Context, u string) error {
-			_, err := b.Connect(ctx, cluster.Route{User: u, ConnID: "c", Node: "n1", ConnectedAt: 1}, time.Hour, 0, cluster.InboxOptions{})
+			_, err := b.Connect(ctx, cluster.Route{User: u, ConnID: "c", Node: "n1", ConnectedAt: 1}, time.Hour, 0, cluster.InboxOptions{}, cluster.ConnLimit{})
 			return err
 		},
 		func(ctx context.Context, u string) error {

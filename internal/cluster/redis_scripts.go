@@ -126,12 +126,28 @@ return {last, acked, first, redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2],
 
 // scriptConnect: KEYS routes, rooms, seq, ack, inbox; ARGV connID, route
 // value, route key TTL ms, nowMs, since, limit, deadline (Unix ms, see
-// luaPastDeadline). Stores the route, then reads as scriptRead does.
-// Returns {lastSeq, acked, firstKeptSeq, members with seq > since, rooms},
-// or 0 when the deadline had passed (nothing stored: a refused handshake
+// luaPastDeadline), max routes (0 = no limit), then the nodes whose
+// routes do not count. Checks the limit, stores the route, then reads as
+// scriptRead does. Returns {lastSeq, acked, firstKeptSeq, members with
+// seq > since, rooms}; 0 when the deadline had passed, 1 when the user has
+// max other live routes (nothing stored either way: a refused handshake
 // leaves no route behind).
 var scriptConnect = redis.NewScript(luaTrim + luaPastDeadline + `
 if pastDeadline(ARGV[7]) then return 0 end
+local max = tonumber(ARGV[8])
+if max > 0 then
+  local ignore = {}
+  for i = 9, #ARGV do ignore[ARGV[i]] = true end
+  local now, n = tonumber(ARGV[4]), 0
+  local flat = redis.call('HGETALL', KEYS[1])
+  for i = 1, #flat, 2 do
+    if flat[i] ~= ARGV[1] then
+      local node, exp = string.match(flat[i + 1], '^(.*)|%d+|(%d+)$')
+      if node and tonumber(exp) > now and not ignore[node] then n = n + 1 end
+    end
+  end
+  if n >= max then return 1 end
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 trim(KEYS[5], tonumber(ARGV[4]), tonumber(ARGV[6]))

@@ -63,6 +63,35 @@ func (l *liveBackend) AppendInboxes(ctx context.Context, msgs []cluster.InboxApp
 	return out
 }
 
+// Connect implements cluster.Backend: the connection limit does not count
+// routes of the nodes known dead.
+func (l *liveBackend) Connect(ctx context.Context, route cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions, lim cluster.ConnLimit) (cluster.ConnectResult, error) {
+	if lim.Max > 0 {
+		lim.IgnoreNodes = append(lim.IgnoreNodes, l.deadNodes()...)
+	}
+	return l.Backend.Connect(ctx, route, ttl, since, opt, lim)
+}
+
+// deadNodes lists the nodes of the last node list whose heartbeat is
+// older than three intervals (when that list is recent enough to trust).
+func (l *liveBackend) deadNodes() []string {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for id, hb := range l.beats {
+		if id != l.n.cfg.NodeID && now.UnixMilli()-hb > l.n.staleAfter().Milliseconds() {
+			out = append(out, id)
+		}
+	}
+	if len(out) > 0 && now.Sub(l.read) >= l.n.cfg.HeartbeatInterval {
+		// Not to be trusted: count them this time, and read the list.
+		l.refreshLocked(now)
+		return nil
+	}
+	return out
+}
+
 // Nodes implements cluster.Backend, and keeps the list for judging routes.
 func (l *liveBackend) Nodes(ctx context.Context) ([]cluster.NodeInfo, error) {
 	start := time.Now()
@@ -119,13 +148,19 @@ func (l *liveBackend) dead(r cluster.Route) bool {
 		dead = !l.read.IsZero() && r.ConnectedAt < l.read.Add(-interval).UnixMilli()
 	}
 	if (dead || !known) && now.Sub(l.read) >= interval {
-		if !l.refreshing && now.Sub(l.tried) >= interval {
-			l.refreshing, l.tried = true, now
-			l.n.goFunc(l.refresh)
-		}
+		l.refreshLocked(now)
 		return false
 	}
 	return dead
+}
+
+// refreshLocked reads the node list again in the background, at most once
+// per interval.
+func (l *liveBackend) refreshLocked(now time.Time) {
+	if !l.refreshing && now.Sub(l.tried) >= l.n.cfg.HeartbeatInterval {
+		l.refreshing, l.tried = true, now
+		l.n.goFunc(l.refresh)
+	}
 }
 
 func (l *liveBackend) refresh() {

@@ -2,15 +2,18 @@ package gateway
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsutil"
 
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/testutil/redistest"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -71,9 +74,9 @@ func TestDeadNodesRoutesDoNotCount(t *testing.T) {
 			routes, err := n.backend.UserRoutes(ctx, u)
 			return err == nil && len(routes) == 0 && !online(u)
 		})
-		if !n.tryDial(t, u) {
-			t.Fatalf("%s refused with WSGATE_MAX_CONNS_PER_USER=1 while its only route is on a dead node", u)
-		}
+		eventually(t, 10*time.Second, u+" accepted with WSGATE_MAX_CONNS_PER_USER=1 while its only route is on a dead node", func() bool {
+			return n.tryDial(t, u)
+		})
 		eventually(t, 10*time.Second, "the dead route of "+u+" removed", func() bool {
 			routes, err := mem.UserRoutes(ctx, u)
 			for _, r := range routes {
@@ -147,4 +150,53 @@ func TestRouteRefreshDoesNotRecreateClosedRoute(t *testing.T) {
 		routes, err := b.UserRoutes(ctx, "rr")
 		return err == nil && len(routes) == 0
 	})
+}
+
+// WSGATE_MAX_CONNS_PER_USER holds under concurrent handshakes of one user
+// on two nodes: the check and the route insert are one step.
+func TestUserLimitHoldsUnderConcurrentHandshakes(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Options{})
+	limit := func(c *config.Gateway) { c.MaxConnsPerUser = 1 }
+	nodes := []*testNode{
+		startNodeWith(t, redisBackend(t, srv.URL(), "lim", 0), func(c *config.Gateway) { limit(c); c.NodeID = "a" }),
+		startNodeWith(t, redisBackend(t, srv.URL(), "lim", 0), func(c *config.Gateway) { limit(c); c.NodeID = "b" }),
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted := 0
+	for i := range 12 {
+		wg.Go(func() {
+			n := nodes[i%2]
+			d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer " + token(t, "once", nil)}}), Timeout: 5 * time.Second}
+			conn, br, _, err := d.Dial(context.Background(), "ws://"+n.addr+"/ws")
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+			// Accepted means the welcome came: a connection refused after
+			// the upgrade is closed instead.
+			var r io.Reader = conn
+			if br != nil {
+				r = io.MultiReader(br, conn)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, _, err := wsutil.ReadServerData(struct {
+				io.Reader
+				io.Writer
+			}{r, conn}); err != nil {
+				return
+			}
+			mu.Lock()
+			accepted++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	routes, err := nodes[0].backend.UserRoutes(context.Background(), "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accepted != 1 || len(routes) != 1 {
+		t.Fatalf("%d of 12 concurrent handshakes accepted, %d routes; want 1 with WSGATE_MAX_CONNS_PER_USER=1", accepted, len(routes))
+	}
 }
