@@ -204,10 +204,7 @@ func (r *Redis) appendBatch(batch []*appendReq) {
 	ctx, cancel := batchCtx(batch)
 	defer cancel()
 	_, perMessage := r.c.(*redis.ClusterClient)
-	type call struct {
-		reqs []*appendReq
-		cmd  *redis.Cmd
-	}
+	type call struct{ reqs []*appendReq }
 	var calls []*call
 	for _, q := range batch {
 		if n := len(calls); n > 0 && !perMessage && calls[n-1].reqs[0].opt == q.opt {
@@ -216,33 +213,16 @@ func (r *Redis) appendBatch(batch []*appendReq) {
 		}
 		calls = append(calls, &call{reqs: []*appendReq{q}})
 	}
-	err := r.do(ctx, "append inbox", false, func(ctx context.Context) error {
-		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			now := time.Now()
-			for _, c := range calls {
-				keys, args := appendKeysArgs(c.reqs, now)
-				c.cmd = scriptAppend.EvalSha(ctx, p, keys, args...)
-			}
-			return nil
-		})
-		var re redis.Error
-		if err != nil && errors.As(err, &re) {
-			return nil // replies with errors are read one by one below
-		}
-		return err
+	cmds, err := r.evalEach(ctx, "append inbox", false, scriptAppend, len(calls), func(i int) ([]string, []any) {
+		return appendKeysArgs(calls[i].reqs, time.Now())
 	})
-	for _, c := range calls {
+	for i, c := range calls {
 		cerr := err
-		if cerr == nil && isNoScript(c.cmd.Err()) {
-			// EVALSHA did not run: EVAL loads the script and runs it.
-			keys, args := appendKeysArgs(c.reqs, time.Now())
-			c.cmd = scriptAppend.Run(ctx, r.c, keys, args...)
-		}
 		var parts []any
 		if cerr == nil {
-			if cerr = c.cmd.Err(); cerr != nil {
+			if cerr = cmds[i].Err(); cerr != nil {
 				cerr = r.wrap("append inbox", cerr)
-			} else if parts, _ = c.cmd.Val().([]any); len(parts) != 2*len(c.reqs) {
+			} else if parts, _ = cmds[i].Val().([]any); len(parts) != 2*len(c.reqs) {
 				cerr = fmt.Errorf("cluster: redis append: unexpected reply of %d parts for %d messages", len(parts), len(c.reqs))
 			}
 		}
@@ -289,6 +269,46 @@ func (r *Redis) publishBatch(batch []*publishReq) {
 	for _, q := range batch {
 		q.finish(err)
 	}
+}
+
+// evalEach runs script once per call in one pipeline (EVALSHA), sent
+// again while that is safe (idempotent: also after a transient error
+// reply; see Redis.do). A call that finds the script not loaded on its
+// server (NOSCRIPT: first use, a restarted Redis, a new Cluster master)
+// runs again alone with EVAL, which loads it. It returns each call's
+// command (whose own error is the call's), or the error that failed them
+// all.
+func (r *Redis) evalEach(ctx context.Context, op string, idempotent bool, script *redis.Script, n int, keysArgs func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
+	err := r.do(ctx, op, idempotent, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range cmds {
+				keys, args := keysArgs(i)
+				cmds[i] = script.EvalSha(ctx, p, keys, args...)
+			}
+			return nil
+		})
+		var re redis.Error
+		if err != nil && errors.As(err, &re) {
+			for _, c := range cmds {
+				if e := c.Err(); idempotent && e != nil && !isNoScript(e) && unavailable(e) {
+					return e // LOADING, READONLY, ...: send the batch again
+				}
+			}
+			return nil // replies with errors are the calls' own
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			keys, args := keysArgs(i)
+			cmds[i] = script.Run(ctx, r.c, keys, args...)
+		}
+	}
+	return cmds, nil
 }
 
 // bound gives a call without a deadline the backend's OpTimeout, so that a

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -48,30 +47,12 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 		}
 		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u)}, args
 	}
-	cmds := make([]*redis.Cmd, len(batch))
 	// Every call is idempotent (a route HSET and reads), so the batch may
 	// be sent again after a connection error.
-	err := r.do(ctx, "connect", true, func(ctx context.Context) error {
-		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range batch {
-				keys, args := keysArgs(q)
-				cmds[i] = scriptConnect.EvalSha(ctx, p, keys, args...)
-			}
-			return nil
-		})
-		var re redis.Error
-		if err != nil && errors.As(err, &re) {
-			return nil // replies with errors are read one by one below
-		}
-		return err
+	cmds, err := r.evalEach(ctx, "connect", true, scriptConnect, len(batch), func(i int) ([]string, []any) {
+		return keysArgs(batch[i])
 	})
 	for i, q := range batch {
-		if err == nil && isNoScript(cmds[i].Err()) {
-			// First use on this server (or this Cluster master): EVALSHA
-			// falls back to EVAL, which loads the script.
-			keys, args := keysArgs(q)
-			cmds[i] = scriptConnect.Run(ctx, r.c, keys, args...)
-		}
 		qerr := err
 		switch {
 		case qerr != nil:

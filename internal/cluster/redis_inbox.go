@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -276,33 +275,15 @@ type ackBatcher struct{ batcher[*ackReq] }
 func (r *Redis) ackBatch(batch []*ackReq) {
 	ctx, cancel := batchCtx(batch)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(batch))
-	err := r.do(ctx, "ack", true, func(ctx context.Context) error {
-		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range batch {
-				cmds[i] = scriptAck.EvalSha(ctx, p, q.keys, q.seq)
-			}
-			return nil
-		})
-		var re redis.Error
-		if err != nil && errors.As(err, &re) {
-			for _, c := range cmds {
-				if e := c.Err(); e != nil && !isNoScript(e) && unavailable(e) {
-					return e // LOADING, READONLY, ...: send the batch again
-				}
-			}
-			return nil // replies with errors are read one by one below
-		}
-		return err
+	cmds, err := r.evalEach(ctx, "ack", true, scriptAck, len(batch), func(i int) ([]string, []any) {
+		return batch[i].keys, []any{batch[i].seq}
 	})
 	for i, q := range batch {
-		if err == nil && isNoScript(cmds[i].Err()) {
-			cmds[i] = scriptAck.Run(ctx, r.c, q.keys, q.seq)
+		qerr := err
+		if qerr == nil && cmds[i].Err() != nil {
+			qerr = r.wrap("ack", cmds[i].Err())
 		}
-		if err == nil && cmds[i].Err() != nil {
-			err = r.wrap("ack", cmds[i].Err())
-		}
-		q.finish(err)
+		q.finish(qerr)
 	}
 }
 
