@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,5 +199,37 @@ func TestUserLimitHoldsUnderConcurrentHandshakes(t *testing.T) {
 	}
 	if accepted != 1 || len(routes) != 1 {
 		t.Fatalf("%d of 12 concurrent handshakes accepted, %d routes; want 1 with WSGATE_MAX_CONNS_PER_USER=1", accepted, len(routes))
+	}
+}
+
+// removalFails is the embedded backend whose next route removals fail, as
+// while Redis is unreachable.
+type removalFails struct {
+	cluster.Backend
+	fails atomic.Int32
+}
+
+func (b *removalFails) RemoveRoutes(ctx context.Context, routes []cluster.Route) error {
+	if b.fails.Add(-1) >= 0 {
+		return cluster.ErrUnavailable
+	}
+	return b.Backend.RemoveRoutes(ctx, routes)
+}
+
+// The route of a connection that ended while the backend could not take
+// its removal is removed once the backend is back, not left to count
+// until the route TTL.
+func TestFailedRouteRemovalIsRetried(t *testing.T) {
+	b := &removalFails{Backend: cluster.NewMemory()}
+	n := startNodeWith(t, b, nil)
+	c := n.connect(t, "rm", "")
+	b.fails.Store(2)
+	c.conn.Close()
+	eventually(t, 10*time.Second, "route removed after failed removals", func() bool {
+		routes, err := b.UserRoutes(context.Background(), "rm")
+		return err == nil && len(routes) == 0
+	})
+	if b.fails.Load() >= 0 {
+		t.Fatal("the removals did not fail as arranged")
 	}
 }
