@@ -64,6 +64,16 @@ type InboxRead struct {
 	Acked    int64 // highest acknowledged seq
 }
 
+// ConnLimit bounds a user's connections at Connect: Max live routes
+// (0 = no limit), not counting routes on IgnoreNodes (dead nodes).
+type ConnLimit struct {
+	Max         int
+	IgnoreNodes []string
+}
+
+// ErrConnLimit is Connect's answer when the user has lim.Max routes.
+var ErrConnLimit = errors.New("cluster: user has too many connections")
+
 // ConnectResult is the answer to Connect.
 type ConnectResult struct {
 	Rooms []string  // the user's rooms
@@ -74,12 +84,33 @@ type ConnectResult struct {
 type AppendResult struct {
 	Seq    int64
 	Routes []Route // the user's live routes at the time of the append
+	// Existing: the append's Key had stored the message already (Seq is
+	// that message's); nothing was stored now.
+	Existing bool
 }
 
 // InboxAppend is one message of AppendInboxes.
 type InboxAppend struct {
 	User    string
 	Payload []byte
+	// Key, when set, binds the message to a publisher idempotency key in
+	// the same atomic step as the append: for KeyLifetime, another append
+	// to the user with the same Key stores nothing and answers the first
+	// one's seq (AppendResult.Existing), also when the first append's
+	// caller got an error (a timeout, ErrNotReplicated).
+	Key string
+}
+
+// KeyLifetime is how long an idempotency key is remembered, by ClaimKey
+// callers (the gateway) and by inbox appends (InboxAppend.Key).
+const KeyLifetime = 5 * time.Minute
+
+// KeyClaim is the answer to ClaimKey.
+type KeyClaim struct {
+	Claimed  bool   // the caller runs the call, with message id ID
+	ID       string // the message id of the first call for the key
+	Answer   []byte // the stored answer (not claimed, call done)
+	Conflict bool   // the key was claimed for another fingerprint
 }
 
 // AppendOutcome is the answer to one message of AppendInboxes: its result,
@@ -122,7 +153,13 @@ type Backend interface {
 	// connection. The Redis backend runs it as one script and pipelines
 	// concurrent calls, so a connect storm costs a fraction of a round trip
 	// per connection.
-	Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error)
+	//
+	// With lim.Max > 0 the route is stored only if the user has fewer than
+	// lim.Max other live routes (not expired, not on a node of
+	// lim.IgnoreNodes), checked and stored in the same atomic step, so
+	// that concurrent connects of one user on any nodes never exceed it;
+	// otherwise nothing is stored and the error is ErrConnLimit.
+	Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions, lim ConnLimit) (ConnectResult, error)
 
 	// AddRoutes registers or refreshes routes (batched: one call per many
 	// connections) with the given lifetime.
@@ -183,12 +220,16 @@ type Backend interface {
 	Broadcast(ctx context.Context, payload []byte) error
 	Subscribe(ctx context.Context, node string, handle func(payload []byte)) error
 
-	// Publisher idempotency. ClaimKey reserves key for ttl: claimed is
-	// true for the first caller; a later caller gets claimed false and the
-	// stored answer (nil while the first call is still in progress).
-	// StoreKey records the answer of a claimed key; ReleaseKey drops a
-	// claim whose call failed, so that a retry may run.
-	ClaimKey(ctx context.Context, key string, ttl time.Duration) (claimed bool, answer []byte, err error)
+	// Publisher idempotency. ClaimKey reserves key for ttl on behalf of a
+	// request whose body has fingerprint fp and whose message would get
+	// id. The first caller gets Claimed with ID = id; a caller with another
+	// fp gets Conflict; a caller with the same fp gets the stored answer,
+	// or neither while the first call is in progress. StoreKey records the
+	// answer of a claimed key. ReleaseKey marks a claim whose call failed:
+	// the key keeps its fp and message id, and the next ClaimKey with that
+	// fp claims it again with the first ID (so that a retry republishes
+	// the same message; an inbox append with the same Key finds it stored).
+	ClaimKey(ctx context.Context, key, fp, id string, ttl time.Duration) (KeyClaim, error)
 	StoreKey(ctx context.Context, key string, answer []byte, ttl time.Duration) error
 	ReleaseKey(ctx context.Context, key string) error
 

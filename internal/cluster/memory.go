@@ -56,7 +56,13 @@ type memRoute struct {
 // reused for the life of the process.
 type memInbox struct {
 	seq, acked int64
-	msgs       []memMessage // ascending seq, contiguous
+	msgs       []memMessage         // ascending seq, contiguous
+	keys       map[string]memSeqKey // idempotency key -> the seq it stored
+}
+
+type memSeqKey struct {
+	seq     int64
+	expires time.Time
 }
 
 type memMessage struct {
@@ -159,6 +165,11 @@ func (m *Memory) AddRoutes(ctx context.Context, routes []Route, ttl time.Duratio
 		return err
 	}
 	defer m.mu.Unlock()
+	m.addRoutesLocked(routes, ttl)
+	return nil
+}
+
+func (m *Memory) addRoutesLocked(routes []Route, ttl time.Duration) {
 	expires := m.now().Add(ttl)
 	for _, r := range routes {
 		conns := m.routes[r.User]
@@ -168,7 +179,6 @@ func (m *Memory) AddRoutes(ctx context.Context, routes []Route, ttl time.Duratio
 		}
 		conns[r.ConnID] = memRoute{node: r.Node, connectedAt: r.ConnectedAt, expires: expires}
 	}
-	return nil
 }
 
 // RemoveRoute implements Backend.
@@ -324,19 +334,48 @@ func (m *Memory) AppendInbox(ctx context.Context, user string, payload []byte, o
 		return AppendResult{}, err
 	}
 	defer m.mu.Unlock()
-	in := m.inboxes[user]
+	return m.appendLocked(InboxAppend{User: user, Payload: payload}, opt), nil
+}
+
+func (m *Memory) appendLocked(a InboxAppend, opt InboxOptions) AppendResult {
+	now := m.now()
+	in := m.inboxes[a.User]
 	if in == nil {
 		in = &memInbox{}
-		m.inboxes[user] = in
+		m.inboxes[a.User] = in
+	}
+	if a.Key != "" {
+		if k, ok := in.keys[a.Key]; ok && now.Before(k.expires) {
+			return AppendResult{Seq: k.seq, Routes: m.liveRoutes(a.User), Existing: true}
+		}
 	}
 	in.seq++
-	msg := memMessage{seq: in.seq, payload: slices.Clone(payload)}
+	msg := memMessage{seq: in.seq, payload: slices.Clone(a.Payload)}
 	if opt.TTL > 0 {
-		msg.expires = m.now().Add(opt.TTL)
+		msg.expires = now.Add(opt.TTL)
 	}
 	in.msgs = append(in.msgs, msg)
-	in.trim(m.now(), opt.Limit)
-	return AppendResult{Seq: in.seq, Routes: m.liveRoutes(user)}, nil
+	in.trim(now, opt.Limit)
+	if a.Key != "" {
+		in.rememberKey(a.Key, in.seq, now)
+	}
+	return AppendResult{Seq: in.seq, Routes: m.liveRoutes(a.User)}
+}
+
+// rememberKey binds an idempotency key to seq for KeyLifetime, and drops
+// the expired keys now and then.
+func (in *memInbox) rememberKey(key string, seq int64, now time.Time) {
+	if in.keys == nil {
+		in.keys = map[string]memSeqKey{}
+	}
+	if len(in.keys)%64 == 63 {
+		for k, v := range in.keys {
+			if !now.Before(v.expires) {
+				delete(in.keys, k)
+			}
+		}
+	}
+	in.keys[key] = memSeqKey{seq: seq, expires: now.Add(KeyLifetime)}
 }
 
 // trim drops expired messages, oldest first (a message leaves once it and

@@ -8,8 +8,15 @@ import (
 // AppendInboxes implements Backend: AppendInbox for each message, in order.
 func (m *Memory) AppendInboxes(ctx context.Context, msgs []InboxAppend, opt InboxOptions) []AppendOutcome {
 	out := make([]AppendOutcome, len(msgs))
+	if err := m.lock(ctx); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	defer m.mu.Unlock()
 	for i, msg := range msgs {
-		out[i].AppendResult, out[i].Err = m.AppendInbox(ctx, msg.User, msg.Payload, opt)
+		out[i].AppendResult = m.appendLocked(msg, opt)
 	}
 	return out
 }

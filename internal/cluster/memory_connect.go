@@ -2,14 +2,30 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
-// Connect implements Backend as AddRoutes, UserRooms and ReadInbox.
-func (m *Memory) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error) {
-	if err := m.AddRoutes(ctx, []Route{route}, ttl); err != nil {
+// Connect implements Backend as AddRoutes, UserRooms and ReadInbox, under
+// one lock.
+func (m *Memory) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions, lim ConnLimit) (ConnectResult, error) {
+	if err := m.lock(ctx); err != nil {
 		return ConnectResult{}, err
 	}
+	if lim.Max > 0 {
+		n := 0
+		for _, r := range m.liveRoutes(route.User) {
+			if r.ConnID != route.ConnID && !slices.Contains(lim.IgnoreNodes, r.Node) {
+				n++
+			}
+		}
+		if n >= lim.Max {
+			m.mu.Unlock()
+			return ConnectResult{}, ErrConnLimit
+		}
+	}
+	m.addRoutesLocked([]Route{route}, ttl)
+	m.mu.Unlock()
 	rooms, err := m.UserRooms(ctx, route.User)
 	if err != nil {
 		return ConnectResult{}, err

@@ -6,14 +6,16 @@ import (
 )
 
 type memKey struct {
-	answer  []byte // nil while pending
+	fp, id  string
+	failed  bool   // the claiming call failed: the next claim with fp takes it
+	answer  []byte // nil while pending or failed
 	expires time.Time
 }
 
 // ClaimKey implements Backend.
-func (m *Memory) ClaimKey(ctx context.Context, key string, ttl time.Duration) (bool, []byte, error) {
+func (m *Memory) ClaimKey(ctx context.Context, key, fp, id string, ttl time.Duration) (KeyClaim, error) {
 	if err := m.lock(ctx); err != nil {
-		return false, nil, err
+		return KeyClaim{}, err
 	}
 	defer m.mu.Unlock()
 	now := m.now()
@@ -21,11 +23,19 @@ func (m *Memory) ClaimKey(ctx context.Context, key string, ttl time.Duration) (b
 		m.keys = map[string]memKey{}
 	}
 	if k, ok := m.keys[key]; ok && now.Before(k.expires) {
-		return false, k.answer, nil
+		switch {
+		case k.fp != fp:
+			return KeyClaim{Conflict: true}, nil
+		case k.failed:
+			k.failed = false
+			m.keys[key] = k
+			return KeyClaim{Claimed: true, ID: k.id}, nil
+		}
+		return KeyClaim{ID: k.id, Answer: k.answer}, nil
 	}
 	m.sweepKeysLocked(now)
-	m.keys[key] = memKey{expires: now.Add(ttl)}
-	return true, nil, nil
+	m.keys[key] = memKey{fp: fp, id: id, expires: now.Add(ttl)}
+	return KeyClaim{Claimed: true, ID: id}, nil
 }
 
 // StoreKey implements Backend.
@@ -34,10 +44,10 @@ func (m *Memory) StoreKey(ctx context.Context, key string, answer []byte, ttl ti
 		return err
 	}
 	defer m.mu.Unlock()
-	if m.keys == nil {
-		m.keys = map[string]memKey{}
+	if k, ok := m.keys[key]; ok {
+		k.failed, k.answer, k.expires = false, append([]byte(nil), answer...), m.now().Add(ttl)
+		m.keys[key] = k
 	}
-	m.keys[key] = memKey{answer: append([]byte(nil), answer...), expires: m.now().Add(ttl)}
 	return nil
 }
 
@@ -48,7 +58,8 @@ func (m *Memory) ReleaseKey(ctx context.Context, key string) error {
 	}
 	defer m.mu.Unlock()
 	if k, ok := m.keys[key]; ok && k.answer == nil {
-		delete(m.keys, key)
+		k.failed = true
+		m.keys[key] = k
 	}
 	return nil
 }

@@ -292,6 +292,10 @@ func notExecuted(err error) bool {
 	return false
 }
 
+// errPastDeadline: a script found its caller's deadline passed and did
+// nothing.
+var errPastDeadline = fmt.Errorf("%w: the call reached redis after its deadline", ErrUnavailable)
+
 var redisLogOnce sync.Once
 
 // goRedisLogger sends go-redis's own log lines (reconnects, sentinel

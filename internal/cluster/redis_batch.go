@@ -14,33 +14,80 @@ import (
 // batch is in flight goes in the next one, so that under load many calls
 // share one round trip, and a lone call is sent at once (no timer, no
 // added latency). Batches run one after another, in call order.
-type batcher[T any] struct {
+//
+// A call whose caller gave up (its context is done) before its batch is
+// sent is answered with that error and never sent; the queue is bounded
+// (batchQueueMax calls waiting), beyond which a call is answered
+// unavailable at once, as while Redis hangs nothing drains it.
+type batcher[T batchReq] struct {
 	mu      sync.Mutex
 	pending []T
 	running bool
 }
 
-const batchMax = 256
+const (
+	batchMax      = 256
+	batchQueueMax = 16384
+)
 
-// add queues q; run executes a batch (on the batcher's goroutine).
-func (b *batcher[T]) add(q T, run func([]T)) {
-	b.mu.Lock()
-	b.pending = append(b.pending, q)
-	start := !b.running
-	b.running = true
-	b.mu.Unlock()
-	if start {
-		go b.loop(run)
+var errQueueFull = fmt.Errorf("%w: too many redis calls waiting", ErrUnavailable)
+
+// batchReq is a call queued in a batcher; its reqBase holds the caller's
+// context and its answer.
+type batchReq interface{ base() *reqBase }
+
+// reqBase is the common part of a batched call: the caller's context and
+// the answer, given exactly once (finish).
+type reqBase struct {
+	ctx  context.Context
+	err  error
+	done chan struct{}
+}
+
+func newReqBase(ctx context.Context) reqBase {
+	return reqBase{ctx: ctx, done: make(chan struct{})}
+}
+
+func (q *reqBase) base() *reqBase { return q }
+
+func (q *reqBase) finish(err error) {
+	q.err = err
+	close(q.done)
+}
+
+// call queues q with ctx (bounded by OpTimeout) and waits for its answer.
+func (b *batcher[T]) call(ctx context.Context, r *Redis, op string, run func([]T), q T) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	*q.base() = newReqBase(ctx)
+	if err := b.add(run, q); err != nil {
+		return err
+	}
+	return q.base().wait(op)
+}
+
+// wait waits for the call's answer within its context.
+func (q *reqBase) wait(op string) error {
+	select {
+	case <-q.done:
+		return q.err
+	case <-q.ctx.Done():
+		return fmt.Errorf("%w: redis %s: %w", ErrUnavailable, op, q.ctx.Err())
 	}
 }
 
-// addAll queues qs together: contiguous and in order, so that they share
-// as few round trips as possible.
-func (b *batcher[T]) addAll(qs []T, run func([]T)) {
+// add queues qs together: contiguous and in order, so that they share as
+// few round trips as possible; run executes a batch (on the batcher's
+// goroutine). When the queue is full, nothing is queued.
+func (b *batcher[T]) add(run func([]T), qs ...T) error {
 	if len(qs) == 0 {
-		return
+		return nil
 	}
 	b.mu.Lock()
+	if len(b.pending)+len(qs) > batchQueueMax {
+		b.mu.Unlock()
+		return errQueueFull
+	}
 	b.pending = append(b.pending, qs...)
 	start := !b.running
 	b.running = true
@@ -48,22 +95,58 @@ func (b *batcher[T]) addAll(qs []T, run func([]T)) {
 	if start {
 		go b.loop(run)
 	}
+	return nil
 }
 
 func (b *batcher[T]) loop(run func([]T)) {
 	for {
 		b.mu.Lock()
-		n := min(len(b.pending), batchMax)
+		var batch []T
+		n := 0
+		for n < len(b.pending) && len(batch) < batchMax {
+			q := b.pending[n]
+			n++
+			if err := q.base().ctx.Err(); err != nil {
+				q.base().finish(fmt.Errorf("%w: redis call given up before it was sent: %w", ErrUnavailable, err))
+				continue
+			}
+			batch = append(batch, q)
+		}
+		b.pending = append(b.pending[:0], b.pending[n:]...)
 		if n == 0 {
 			b.running = false
 			b.mu.Unlock()
 			return
 		}
-		batch := append([]T(nil), b.pending[:n]...)
-		b.pending = append(b.pending[:0], b.pending[n:]...)
 		b.mu.Unlock()
-		run(batch)
+		if len(batch) > 0 {
+			run(batch)
+		}
 	}
+}
+
+// batchCtx bounds a batch's round trip by the latest deadline of its
+// calls: nobody waits for it longer.
+func batchCtx[T batchReq](batch []T) (context.Context, context.CancelFunc) {
+	var last time.Time
+	for _, q := range batch {
+		if d, ok := q.base().ctx.Deadline(); ok && d.After(last) {
+			last = d
+		}
+	}
+	return context.WithDeadline(context.Background(), last)
+}
+
+// sendDeadline is the deadline a script compares with Redis's clock
+// (luaPastDeadline) for a call sent now: when its caller gives up on this
+// attempt, at its context's deadline or the read timeout, whichever is
+// first. A script that runs later does nothing.
+func sendDeadline(ctx context.Context, now time.Time) int64 {
+	d := now.Add(redisReadTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		d = cd
+	}
+	return d.UnixMilli()
 }
 
 // scriptBatcher pipelines concurrent inbox appends.
@@ -71,55 +154,45 @@ type scriptBatcher struct{ batcher[*appendReq] }
 
 // appendReq is one message to append (scriptAppend).
 type appendReq struct {
-	keys    []string // seq, ack, inbox, routes
+	reqBase
+	keys    []string // seq, ack, inbox, routes, idempotency record
 	opt     [3]int64 // ttlMs, limit, keepMs
 	now     int64    // Unix ms
+	keyMs   int64    // lifetime of the idempotency record (0: no key)
 	payload []byte
 	reply   []any // {seq, routes} or {0, error message}
-	err     error
-	done    chan struct{}
 }
 
-func (r *Redis) newAppendReq(user string, payload []byte, opt InboxOptions, now time.Time) *appendReq {
+func (r *Redis) newAppendReq(a InboxAppend, opt InboxOptions, now time.Time) *appendReq {
 	var ttl, keep int64
 	if opt.TTL > 0 {
 		ttl = max(opt.TTL.Milliseconds(), 1)
 		keep = max(opt.TTL, minSeqLifetime).Milliseconds()
 	}
-	return &appendReq{
-		keys:    []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user), r.k.routes(user)},
+	u := a.User
+	q := &appendReq{
+		keys:    []string{r.k.seq(u), r.k.ack(u), r.k.inbox(u), r.k.routes(u), r.k.seq(u)},
 		opt:     [3]int64{ttl, int64(max(opt.Limit, 0)), keep},
 		now:     now.UnixMilli(),
-		payload: payload,
-		done:    make(chan struct{}),
+		payload: a.Payload,
 	}
+	if a.Key != "" {
+		q.keys[4], q.keyMs = r.k.userIdem(u, a.Key), KeyLifetime.Milliseconds()
+	}
+	return q
 }
 
 // keysArgs are scriptAppend's keys and arguments for appending qs in one
-// call (they share their options).
-func appendKeysArgs(qs []*appendReq) ([]string, []any) {
-	keys := make([]string, 0, 4*len(qs))
-	args := make([]any, 0, 4+len(qs))
+// call sent at now (they share their options).
+func appendKeysArgs(qs []*appendReq, now time.Time) ([]string, []any) {
+	keys := make([]string, 0, 5*len(qs))
+	args := make([]any, 0, 4+3*len(qs))
 	args = append(args, qs[0].now, qs[0].opt[0], qs[0].opt[1], qs[0].opt[2])
 	for _, q := range qs {
 		keys = append(keys, q.keys...)
-		args = append(args, q.payload)
+		args = append(args, q.keyMs, sendDeadline(q.ctx, now), q.payload)
 	}
 	return keys, args
-}
-
-func (b *scriptBatcher) run(ctx context.Context, r *Redis, q *appendReq) ([]any, error) {
-	ctx, cancel := r.bound(ctx)
-	defer cancel()
-	b.add(q, r.appendBatch)
-	select {
-	case <-q.done:
-		return q.reply, q.err
-	case <-ctx.Done():
-		// The append may still run; the caller answers 503 and a retry
-		// with the same idempotency key is safe.
-		return nil, fmt.Errorf("%w: redis append inbox: %w", ErrUnavailable, ctx.Err())
-	}
 }
 
 // appendBatch sends the batch as one pipeline: one scriptAppend call for
@@ -128,13 +201,10 @@ func (b *scriptBatcher) run(ctx context.Context, r *Redis, q *appendReq) ([]any,
 // keys must share a slot. Appends are not idempotent: the batch is retried
 // only when Redis surely did not run it.
 func (r *Redis) appendBatch(batch []*appendReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	ctx, cancel := batchCtx(batch)
 	defer cancel()
 	_, perMessage := r.c.(*redis.ClusterClient)
-	type call struct {
-		reqs []*appendReq
-		cmd  *redis.Cmd
-	}
+	type call struct{ reqs []*appendReq }
 	var calls []*call
 	for _, q := range batch {
 		if n := len(calls); n > 0 && !perMessage && calls[n-1].reqs[0].opt == q.opt {
@@ -143,42 +213,24 @@ func (r *Redis) appendBatch(batch []*appendReq) {
 		}
 		calls = append(calls, &call{reqs: []*appendReq{q}})
 	}
-	err := r.do(ctx, "append inbox", false, func(ctx context.Context) error {
-		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range calls {
-				keys, args := appendKeysArgs(c.reqs)
-				c.cmd = scriptAppend.EvalSha(ctx, p, keys, args...)
-			}
-			return nil
-		})
-		var re redis.Error
-		if err != nil && errors.As(err, &re) {
-			return nil // replies with errors are read one by one below
-		}
-		return err
+	cmds, err := r.evalEach(ctx, "append inbox", false, scriptAppend, len(calls), func(i int) ([]string, []any) {
+		return appendKeysArgs(calls[i].reqs, time.Now())
 	})
-	for _, c := range calls {
+	for i, c := range calls {
 		cerr := err
-		if cerr == nil && isNoScript(c.cmd.Err()) {
-			// EVALSHA did not run: EVAL loads the script and runs it.
-			keys, args := appendKeysArgs(c.reqs)
-			c.cmd = scriptAppend.Run(ctx, r.c, keys, args...)
-		}
 		var parts []any
 		if cerr == nil {
-			if cerr = c.cmd.Err(); cerr != nil {
+			if cerr = cmds[i].Err(); cerr != nil {
 				cerr = r.wrap("append inbox", cerr)
-			} else if parts, _ = c.cmd.Val().([]any); len(parts) != 2*len(c.reqs) {
+			} else if parts, _ = cmds[i].Val().([]any); len(parts) != 2*len(c.reqs) {
 				cerr = fmt.Errorf("cluster: redis append: unexpected reply of %d parts for %d messages", len(parts), len(c.reqs))
 			}
 		}
 		for j, q := range c.reqs {
-			if cerr != nil {
-				q.err = cerr
-			} else {
+			if cerr == nil {
 				q.reply = parts[2*j : 2*j+2 : 2*j+2]
 			}
-			close(q.done)
+			q.finish(cerr)
 		}
 	}
 }
@@ -188,32 +240,15 @@ func (r *Redis) appendBatch(batch []*appendReq) {
 type publishBatcher struct{ batcher[*publishReq] }
 
 type publishReq struct {
+	reqBase
 	channels []string
 	payload  []byte   // for every channel, or:
 	payloads [][]byte // one per channel
-	err      error
-	done     chan struct{}
-}
-
-func (b *publishBatcher) send(ctx context.Context, r *Redis, channels []string, payload []byte) error {
-	return b.sendReq(ctx, r, &publishReq{channels: channels, payload: payload, done: make(chan struct{})})
-}
-
-func (b *publishBatcher) sendReq(ctx context.Context, r *Redis, q *publishReq) error {
-	ctx, cancel := r.bound(ctx)
-	defer cancel()
-	b.add(q, r.publishBatch)
-	select {
-	case <-q.done:
-		return q.err
-	case <-ctx.Done():
-		return fmt.Errorf("%w: redis send: %w", ErrUnavailable, ctx.Err())
-	}
 }
 
 // publishBatch sends the bus messages of a batch as one pipeline.
 func (r *Redis) publishBatch(batch []*publishReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	ctx, cancel := batchCtx(batch)
 	defer cancel()
 	var channels []string
 	var payloads [][]byte
@@ -232,13 +267,53 @@ func (r *Redis) publishBatch(batch []*publishReq) {
 		return r.publishMany(ctx, channels, payloads)
 	})
 	for _, q := range batch {
-		q.err = err
-		close(q.done)
+		q.finish(err)
 	}
 }
 
+// evalEach runs script once per call in one pipeline (EVALSHA), sent
+// again while that is safe (idempotent: also after a transient error
+// reply; see Redis.do). A call that finds the script not loaded on its
+// server (NOSCRIPT: first use, a restarted Redis, a new Cluster master)
+// runs again alone with EVAL, which loads it. It returns each call's
+// command (whose own error is the call's), or the error that failed them
+// all.
+func (r *Redis) evalEach(ctx context.Context, op string, idempotent bool, script *redis.Script, n int, keysArgs func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
+	err := r.do(ctx, op, idempotent, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range cmds {
+				keys, args := keysArgs(i)
+				cmds[i] = script.EvalSha(ctx, p, keys, args...)
+			}
+			return nil
+		})
+		var re redis.Error
+		if err != nil && errors.As(err, &re) {
+			for _, c := range cmds {
+				if e := c.Err(); idempotent && e != nil && !isNoScript(e) && unavailable(e) {
+					return e // LOADING, READONLY, ...: send the batch again
+				}
+			}
+			return nil // replies with errors are the calls' own
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range cmds {
+		if isNoScript(c.Err()) {
+			keys, args := keysArgs(i)
+			cmds[i] = script.Run(ctx, r.c, keys, args...)
+		}
+	}
+	return cmds, nil
+}
+
 // bound gives a call without a deadline the backend's OpTimeout, so that a
-// caller waiting for a batch is never held longer than a direct call.
+// caller waiting for a batch is never held longer than a direct call (and
+// every batched call has a deadline).
 func (r *Redis) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}

@@ -37,7 +37,7 @@ func (r *Redis) Send(ctx context.Context, nodes []string, payload []byte) error 
 	if len(channels) == 0 {
 		return nil
 	}
-	return r.publishes.send(ctx, r, channels, payload)
+	return r.publishes.call(ctx, r, "send", r.publishBatch, &publishReq{channels: channels, payload: payload})
 }
 
 // SendEach implements Backend: one PUBLISH per message, in order, in one
@@ -46,11 +46,11 @@ func (r *Redis) SendEach(ctx context.Context, msgs []BusMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	q := &publishReq{channels: make([]string, len(msgs)), payloads: make([][]byte, len(msgs)), done: make(chan struct{})}
+	q := &publishReq{channels: make([]string, len(msgs)), payloads: make([][]byte, len(msgs))}
 	for i, m := range msgs {
 		q.channels[i], q.payloads[i] = r.k.busNode(m.Node), m.Payload
 	}
-	return r.publishes.sendReq(ctx, r, q)
+	return r.publishes.call(ctx, r, "send", r.publishBatch, q)
 }
 
 // publishMany sends one payload per channel, in order, pipelined. A
@@ -150,7 +150,7 @@ func (r *Redis) resendUnheard(channel string, payload []byte) {
 
 // Broadcast implements Backend: one PUBLISH to the all-nodes channel.
 func (r *Redis) Broadcast(ctx context.Context, payload []byte) error {
-	return r.publishes.send(ctx, r, []string{r.k.busAll()}, payload)
+	return r.publishes.call(ctx, r, "broadcast", r.publishBatch, &publishReq{channels: []string{r.k.busAll()}, payload: payload})
 }
 
 // redisSub is one Subscribe call: a go-redis PubSub on the node's two

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,13 +12,13 @@ import (
 
 // connectReq is one Connect waiting for its batch.
 type connectReq struct {
+	reqBase
 	route Route
 	ttl   time.Duration
 	since int64
 	opt   InboxOptions
+	lim   ConnLimit
 	res   ConnectResult
-	err   error
-	done  chan struct{}
 }
 
 // connectBatcher pipelines concurrent Connect calls: under a connect
@@ -27,62 +26,42 @@ type connectReq struct {
 type connectBatcher struct{ batcher[*connectReq] }
 
 // Connect implements Backend with scriptConnect, pipelined across callers.
-func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions) (ConnectResult, error) {
-	ctx, cancel := r.bound(ctx)
-	defer cancel()
-	req := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt, done: make(chan struct{})}
-	r.connects.add(req, r.connectBatch)
-	select {
-	case <-req.done:
-		return req.res, req.err
-	case <-ctx.Done():
-		return ConnectResult{}, fmt.Errorf("cluster: redis connect: %w", ctx.Err())
+func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions, lim ConnLimit) (ConnectResult, error) {
+	q := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt, lim: lim}
+	if err := r.connects.call(ctx, r, "connect", r.connectBatch, q); err != nil {
+		return ConnectResult{}, err
 	}
+	return q.res, nil
 }
 
 func (r *Redis) connectBatch(batch []*connectReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	ctx, cancel := batchCtx(batch)
 	defer cancel()
-	now := time.Now()
 	keysArgs := func(q *connectReq) ([]string, []any) {
 		u := q.route.User
-		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u)},
-			[]any{q.route.ConnID, encodeRoute(q.route, now.Add(q.ttl).UnixMilli()), (q.ttl + keySlack).Milliseconds(),
-				now.UnixMilli(), q.since, max(q.opt.Limit, 0)}
+		now := time.Now()
+		args := []any{q.route.ConnID, encodeRoute(q.route, now.Add(q.ttl).UnixMilli()), (q.ttl + keySlack).Milliseconds(),
+			now.UnixMilli(), q.since, max(q.opt.Limit, 0), sendDeadline(q.ctx, now), max(q.lim.Max, 0)}
+		if q.lim.Max > 0 {
+			args = append(args, toAny(q.lim.IgnoreNodes)...)
+		}
+		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u)}, args
 	}
-	cmds := make([]*redis.Cmd, len(batch))
 	// Every call is idempotent (a route HSET and reads), so the batch may
 	// be sent again after a connection error.
-	err := r.do(ctx, "connect", true, func(ctx context.Context) error {
-		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range batch {
-				keys, args := keysArgs(q)
-				cmds[i] = scriptConnect.EvalSha(ctx, p, keys, args...)
-			}
-			return nil
-		})
-		var re redis.Error
-		if err != nil && errors.As(err, &re) {
-			return nil // replies with errors are read one by one below
-		}
-		return err
+	cmds, err := r.evalEach(ctx, "connect", true, scriptConnect, len(batch), func(i int) ([]string, []any) {
+		return keysArgs(batch[i])
 	})
 	for i, q := range batch {
-		if err == nil && isNoScript(cmds[i].Err()) {
-			// First use on this server (or this Cluster master): EVALSHA
-			// falls back to EVAL, which loads the script.
-			keys, args := keysArgs(q)
-			cmds[i] = scriptConnect.Run(ctx, r.c, keys, args...)
-		}
+		qerr := err
 		switch {
-		case err != nil:
-			q.err = err
+		case qerr != nil:
 		case cmds[i].Err() != nil:
-			q.err = r.wrap("connect", cmds[i].Err())
+			qerr = r.wrap("connect", cmds[i].Err())
 		default:
-			q.res, q.err = decodeConnect(q.since, cmds[i].Val())
+			q.res, qerr = decodeConnect(q.since, cmds[i].Val())
 		}
-		close(q.done)
+		q.finish(qerr)
 	}
 }
 
@@ -91,6 +70,12 @@ func isNoScript(err error) bool {
 }
 
 func decodeConnect(since int64, reply any) (ConnectResult, error) {
+	if v, ok := reply.(int64); ok {
+		if v == 1 {
+			return ConnectResult{}, ErrConnLimit
+		}
+		return ConnectResult{}, errPastDeadline
+	}
 	parts, ok := reply.([]any)
 	if !ok || len(parts) != 5 {
 		return ConnectResult{}, fmt.Errorf("cluster: redis connect: unexpected reply %T", reply)

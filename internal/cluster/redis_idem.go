@@ -2,54 +2,90 @@ package cluster
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// releaseKeyScript deletes a claim only while it is still pending.
-var releaseKeyScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == '' then return redis.call('DEL', KEYS[1]) end return 0`)
+// scriptClaimKey: KEYS claim hash; ARGV fp, id, ttlMs, deadlineMs. The
+// hash holds s (state: p pending, f failed, a answered), f (fingerprint),
+// i (message id) and a (answer). Returns {1, id} claimed, {0, id[,
+// answer]} not claimed (in progress, or answered), {2} conflict, {3} the
+// caller's deadline passed before the script ran (nothing done: a claim
+// that ran late would hold the key pending for its whole lifetime).
+var scriptClaimKey = redis.NewScript(luaPastDeadline + `
+if pastDeadline(ARGV[4]) then return {3} end
+local v = redis.call('HMGET', KEYS[1], 's', 'f', 'i', 'a')
+if not v[1] then
+  redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'i', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {1, ARGV[2]}
+end
+if v[2] ~= ARGV[1] then return {2} end
+if v[1] == 'f' then
+  redis.call('HSET', KEYS[1], 's', 'p')
+  return {1, v[3]}
+end
+if v[1] == 'a' then return {0, v[3], v[4]} end
+return {0, v[3]}
+`)
 
-// ClaimKey implements Backend: SET NX with an empty value marks the claim.
-func (r *Redis) ClaimKey(ctx context.Context, key string, ttl time.Duration) (bool, []byte, error) {
-	var claimed bool
-	var answer []byte
+// scriptStoreKey: KEYS claim hash; ARGV answer, ttlMs. Only a claim that
+// exists gets its answer.
+var scriptStoreKey = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 's', 'a', 'a', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// scriptReleaseKey marks a pending claim failed (see Backend.ReleaseKey).
+var scriptReleaseKey = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 's') == 'p' then redis.call('HSET', KEYS[1], 's', 'f') end
+return 0
+`)
+
+// ClaimKey implements Backend with one script (scriptClaimKey).
+func (r *Redis) ClaimKey(ctx context.Context, key, fp, id string, ttl time.Duration) (KeyClaim, error) {
+	var kc KeyClaim
+	// Not idempotent: a repeat after a lost reply would find its own claim
+	// pending.
 	err := r.do(ctx, "claim key", false, func(ctx context.Context) error {
-		ok, err := r.c.SetNX(ctx, r.k.idem(key), "", ttl).Result()
+		reply, err := scriptClaimKey.Run(ctx, r.c, []string{r.k.idem(key)}, fp, id, max(ttl.Milliseconds(), 1), sendDeadline(ctx, time.Now())).Slice()
 		if err != nil {
 			return err
 		}
-		if ok {
-			claimed = true
-			return nil
+		state, _ := reply[0].(int64)
+		if state == 3 {
+			return errPastDeadline
 		}
-		v, err := r.c.Get(ctx, r.k.idem(key)).Bytes()
-		if errors.Is(err, redis.Nil) {
-			// Expired between the two commands: claim again next time.
-			return nil
+		kc = KeyClaim{Claimed: state == 1, Conflict: state == 2}
+		if len(reply) > 1 {
+			kc.ID, _ = reply[1].(string)
 		}
-		if err != nil {
-			return err
+		if len(reply) > 2 {
+			a, _ := reply[2].(string)
+			kc.Answer = []byte(a)
 		}
-		if len(v) > 0 {
-			answer = v
+		if state < 0 || state > 2 || (state != 2 && kc.ID == "") {
+			return fmt.Errorf("cluster: redis claim key: unexpected reply %v", reply)
 		}
 		return nil
 	})
-	return claimed, answer, err
+	return kc, err
 }
 
 // StoreKey implements Backend.
 func (r *Redis) StoreKey(ctx context.Context, key string, answer []byte, ttl time.Duration) error {
 	return r.do(ctx, "store key", true, func(ctx context.Context) error {
-		return r.c.Set(ctx, r.k.idem(key), answer, ttl).Err()
+		return scriptStoreKey.Run(ctx, r.c, []string{r.k.idem(key)}, answer, max(ttl.Milliseconds(), 1)).Err()
 	})
 }
 
 // ReleaseKey implements Backend.
 func (r *Redis) ReleaseKey(ctx context.Context, key string) error {
 	return r.do(ctx, "release key", true, func(ctx context.Context) error {
-		return releaseKeyScript.Run(ctx, r.c, []string{r.k.idem(key)}).Err()
+		return scriptReleaseKey.Run(ctx, r.c, []string{r.k.idem(key)}).Err()
 	})
 }

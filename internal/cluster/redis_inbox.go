@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,18 +25,27 @@ const waitTimeout = time.Second
 // minSeqLifetime): seqs are never reused while a message or a client's
 // memory of one could be around.
 func (r *Redis) AppendInbox(ctx context.Context, user string, payload []byte, opt InboxOptions) (AppendResult, error) {
+	return r.appendOne(ctx, InboxAppend{User: user, Payload: payload}, opt)
+}
+
+func (r *Redis) appendOne(ctx context.Context, a InboxAppend, opt InboxOptions) (AppendResult, error) {
 	now := time.Now()
-	q := r.newAppendReq(user, payload, opt, now)
+	q := r.newAppendReq(a, opt, now)
 	var reply []any
 	var acked int64 = -1
 	// Not idempotent: a repeat after a lost reply would store the message
 	// twice under two seqs.
 	var err error
 	if r.opt.Replicas == 0 {
-		reply, err = r.appends.run(ctx, r, q)
+		// On a timeout the append may still run (unless its script finds
+		// the deadline passed); the caller answers 503 and a retry with
+		// the same idempotency key is safe.
+		err = r.appends.call(ctx, r, "append inbox", r.appendBatch, q)
+		reply = q.reply
 	} else {
 		err = r.do(ctx, "append inbox", false, func(ctx context.Context) (err error) {
-			keys, args := appendKeysArgs([]*appendReq{q})
+			q.reqBase = newReqBase(ctx)
+			keys, args := appendKeysArgs([]*appendReq{q}, time.Now())
 			reply, acked, err = r.appendAndWait(ctx, keys, args)
 			return err
 		})
@@ -45,7 +53,7 @@ func (r *Redis) AppendInbox(ctx context.Context, user string, payload []byte, op
 	if err != nil {
 		return AppendResult{}, err
 	}
-	res, err := decodeAppend(user, reply, now)
+	res, err := decodeAppend(a.User, reply, now)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -67,7 +75,7 @@ func (r *Redis) AppendInboxes(ctx context.Context, msgs []InboxAppend, opt Inbox
 	}
 	if r.opt.Replicas > 0 {
 		appendEachUser(ctx, msgs, out, func(ctx context.Context, m InboxAppend) (AppendResult, error) {
-			return r.AppendInbox(ctx, m.User, m.Payload, opt)
+			return r.appendOne(ctx, m, opt)
 		})
 		return out
 	}
@@ -76,26 +84,20 @@ func (r *Redis) AppendInboxes(ctx context.Context, msgs []InboxAppend, opt Inbox
 	now := time.Now()
 	reqs := make([]*appendReq, len(msgs))
 	for i, m := range msgs {
-		reqs[i] = r.newAppendReq(m.User, m.Payload, opt, now)
+		reqs[i] = r.newAppendReq(m, opt, now)
+		reqs[i].reqBase = newReqBase(ctx)
 	}
-	r.appends.addAll(reqs, r.appendBatch)
+	if err := r.appends.add(r.appendBatch, reqs...); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
 	for i, q := range reqs {
-		select {
-		case <-q.done:
-		case <-ctx.Done():
-			select {
-			case <-q.done:
-			default:
-				// As in AppendInbox: the append may still run.
-				out[i].Err = fmt.Errorf("%w: redis append inbox: %w", ErrUnavailable, ctx.Err())
-				continue
-			}
+		// As in AppendInbox: on a timeout the append may still run.
+		if out[i].Err = q.wait("append inbox"); out[i].Err == nil {
+			out[i].AppendResult, out[i].Err = decodeAppend(msgs[i].User, q.reply, now)
 		}
-		if q.err != nil {
-			out[i].Err = q.err
-			continue
-		}
-		out[i].AppendResult, out[i].Err = decodeAppend(msgs[i].User, q.reply, now)
 	}
 	return out
 }
@@ -175,13 +177,17 @@ func decodeAppend(user string, parts []any, now time.Time) (AppendResult, error)
 	}
 	seq, ok := parts[0].(int64)
 	if msg, isErr := parts[1].(string); ok && seq == 0 && isErr {
+		if msg == "past deadline" {
+			return AppendResult{}, errPastDeadline
+		}
 		return AppendResult{}, fmt.Errorf("cluster: redis append inbox: %s", msg)
 	}
 	flat, ok2 := parts[1].([]any)
-	if !ok || !ok2 || seq <= 0 {
+	if !ok || !ok2 || seq == 0 {
 		return AppendResult{}, fmt.Errorf("cluster: redis append: unexpected reply %v", parts)
 	}
-	return AppendResult{Seq: seq, Routes: decodeRoutesFlat(user, flat, now)}, nil
+	// A negative seq: the message's idempotency key had stored it.
+	return AppendResult{Seq: max(seq, -seq), Existing: seq < 0, Routes: decodeRoutesFlat(user, flat, now)}, nil
 }
 
 // decodeRoutesFlat is decodeRoutes on a flat HGETALL reply (field, value,
@@ -251,23 +257,13 @@ func decodeInboxMember(s string) (InboxMessage, error) {
 // Ack implements Backend with one script (scriptAck), pipelined across
 // callers: the acks of many users share a round trip.
 func (r *Redis) Ack(ctx context.Context, user string, seq int64) error {
-	ctx, cancel := r.bound(ctx)
-	defer cancel()
-	q := &ackReq{keys: []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user)}, seq: seq, done: make(chan struct{})}
-	r.acks.add(q, r.ackBatch)
-	select {
-	case <-q.done:
-		return q.err
-	case <-ctx.Done():
-		return r.wrap("ack", ctx.Err())
-	}
+	return r.acks.call(ctx, r, "ack", r.ackBatch, &ackReq{keys: []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user)}, seq: seq})
 }
 
 type ackReq struct {
+	reqBase
 	keys []string
 	seq  int64
-	err  error
-	done chan struct{}
 }
 
 // ackBatcher pipelines concurrent Ack calls.
@@ -277,38 +273,17 @@ type ackBatcher struct{ batcher[*ackReq] }
 // (cumulative, never backwards), so the whole batch is sent again after a
 // connection error or a transient error reply.
 func (r *Redis) ackBatch(batch []*ackReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.opt.OpTimeout)
+	ctx, cancel := batchCtx(batch)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(batch))
-	err := r.do(ctx, "ack", true, func(ctx context.Context) error {
-		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, q := range batch {
-				cmds[i] = scriptAck.EvalSha(ctx, p, q.keys, q.seq)
-			}
-			return nil
-		})
-		var re redis.Error
-		if err != nil && errors.As(err, &re) {
-			for _, c := range cmds {
-				if e := c.Err(); e != nil && !isNoScript(e) && unavailable(e) {
-					return e // LOADING, READONLY, ...: send the batch again
-				}
-			}
-			return nil // replies with errors are read one by one below
-		}
-		return err
+	cmds, err := r.evalEach(ctx, "ack", true, scriptAck, len(batch), func(i int) ([]string, []any) {
+		return batch[i].keys, []any{batch[i].seq}
 	})
 	for i, q := range batch {
-		if err == nil && isNoScript(cmds[i].Err()) {
-			cmds[i] = scriptAck.Run(ctx, r.c, q.keys, q.seq)
+		qerr := err
+		if qerr == nil && cmds[i].Err() != nil {
+			qerr = r.wrap("ack", cmds[i].Err())
 		}
-		switch {
-		case err != nil:
-			q.err = err
-		case cmds[i].Err() != nil:
-			q.err = r.wrap("ack", cmds[i].Err())
-		}
-		close(q.done)
+		q.finish(qerr)
 	}
 }
 

@@ -16,8 +16,11 @@ package cluster
 //	{P:r:ROOM}:members    set   users in the room
 //	{P:r:ROOM}:nodes      hash  node -> expiresAtMs (room interest);
 //	                            key PEXPIRE ttl+slack (GC only)
-//	{P:idem:KEY}          string publisher idempotency key: "" while the
-//	                            first publish runs, then its JSON answer
+//	{P:u:USER}:idem:KEY   string seq that the append with idempotency key
+//	                            KEY stored (InboxAppend.Key); PX KeyLifetime
+//	{P:idem:KEY}:claim    hash  publisher idempotency key (ClaimKey): s =
+//	                            state (p pending, f failed, a answered), f =
+//	                            body fingerprint, i = message id, a = answer
 //	{P:nodes}:index       set   ids of registered nodes
 //	{P:nodes}:n:ID        hash  NodeInfo fields; key PEXPIRE NodeTTL
 //	{P:nodes}:rooms:ID    set   rooms node ID declared interest in;
@@ -40,7 +43,9 @@ func (k redisKeys) ack(user string) string        { return k.user(user, "ack") }
 func (k redisKeys) inbox(user string) string      { return k.user(user, "inbox") }
 func (k redisKeys) userRooms(user string) string  { return k.user(user, "rooms") }
 
-func (k redisKeys) idem(key string) string { return "{" + k.p + ":idem:" + key + "}" }
+func (k redisKeys) userIdem(user, key string) string { return k.user(user, "idem:"+key) }
+
+func (k redisKeys) idem(key string) string { return "{" + k.p + ":idem:" + key + "}:claim" }
 
 func (k redisKeys) roomMembers(room string) string { return "{" + k.p + ":r:" + room + "}:members" }
 func (k redisKeys) roomNodes(room string) string   { return "{" + k.p + ":r:" + room + "}:nodes" }

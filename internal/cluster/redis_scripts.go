@@ -6,6 +6,24 @@ import "github.com/redis/go-redis/v9"
 // Redis Cluster). Numbers cross the boundary as decimal strings; Lua numbers
 // are doubles, exact up to 2^53, far above any seq or Unix millisecond.
 
+// luaPastDeadline: pastDeadline(ms) reports whether Redis's clock is past
+// a caller's deadline (Unix ms; "0" = none). A script that a caller sent
+// and then gave up on (its command sat in the socket of a Redis that hung)
+// checks it first and does nothing when it runs too late. It relies on the
+// clocks of the gateway and Redis agreeing to well under a request's
+// timeout (NTP).
+const luaPastDeadline = `
+local redisNow
+local function pastDeadline(ms)
+  if ms == '0' then return false end
+  if not redisNow then
+    local t = redis.call('TIME')
+    redisNow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return redisNow > tonumber(ms)
+end
+`
+
 // luaTrim drops the inbox's expired messages oldest first, then the oldest
 // beyond the limit. Expiry stops at the first message that has not expired,
 // so what is kept is always a contiguous run of seqs (with one TTL for all
@@ -29,11 +47,15 @@ end
 
 // scriptAppend appends one message to each of N inboxes, one after the
 // other (several messages of one user get increasing seqs in order).
-// KEYS: per message seq, ack, inbox, routes (4 each); ARGV: nowMs, ttlMs
-// (0 = no expiry), limit (0 = none), keepMs (lifetime of seq and ack),
-// then one payload per message. Returns per message {seq, HGETALL routes},
-// or {0, error message} for a message whose append failed (the others
-// still run).
+// KEYS: per message seq, ack, inbox, routes, idempotency record (5 each;
+// the last is the seq key again for a message without a key); ARGV: nowMs,
+// ttlMs (0 = no expiry), limit (0 = none), keepMs (lifetime of seq and
+// ack), then per message the key's lifetime in ms (0: no key), the
+// caller's deadline (Unix ms, see luaPastDeadline) and the payload.
+// Returns per message {seq, HGETALL routes} ({-seq, routes} when the
+// message's key had stored it already: nothing is appended), or {0, error
+// message} for a message whose append failed or whose deadline had passed
+// ("past deadline"; the others still run).
 //
 // An append drops the oldest messages beyond the limit but leaves expired
 // ones to the next read (scriptRead and scriptConnect trim before they
@@ -42,11 +64,21 @@ end
 // ZRANGE per append, and one script call for N messages saves the fixed
 // cost of a call per message: together a third of Redis's time per
 // message (measured: 13.5 us before, 8.9 us with 100 messages per call).
-var scriptAppend = redis.NewScript(`
+var scriptAppend = redis.NewScript(luaPastDeadline + `
 local now, ttl, limit, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local exp = 0
 if ttl > 0 then exp = now + ttl end
-local function one(k, payload)
+local function one(k, keyMs, deadline, payload)
+  if pastDeadline(deadline) then error({err = 'past deadline'}) end
+  if keyMs ~= '0' then
+    local prev = redis.call('GET', KEYS[k + 5])
+    if prev then
+      -- A write (same value and TTL), so that a WAIT after this call
+      -- also covers the append that stored the message.
+      redis.call('SET', KEYS[k + 5], prev, 'KEEPTTL')
+      return -tonumber(prev), redis.call('HGETALL', KEYS[k + 4])
+    end
+  end
   local seq = redis.call('INCR', KEYS[k + 1])
   redis.call('ZADD', KEYS[k + 3], seq, string.format('%d:%d:', seq, exp) .. payload)
   if limit > 0 then
@@ -62,11 +94,12 @@ local function one(k, payload)
     redis.call('PERSIST', KEYS[k + 1])
     redis.call('PERSIST', KEYS[k + 2])
   end
+  if keyMs ~= '0' then redis.call('SET', KEYS[k + 5], seq, 'PX', keyMs) end
   return seq, redis.call('HGETALL', KEYS[k + 4])
 end
 local out = {}
-for i = 0, #KEYS / 4 - 1 do
-  local ok, seq, routes = pcall(one, i * 4, ARGV[5 + i])
+for i = 0, #KEYS / 5 - 1 do
+  local ok, seq, routes = pcall(one, i * 5, ARGV[5 + 3 * i], ARGV[6 + 3 * i], ARGV[7 + 3 * i])
   if ok then
     out[#out + 1] = seq
     out[#out + 1] = routes
@@ -92,10 +125,29 @@ return {last, acked, first, redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2],
 `)
 
 // scriptConnect: KEYS routes, rooms, seq, ack, inbox; ARGV connID, route
-// value, route key TTL ms, nowMs, since, limit. Stores the route, then
-// reads as scriptRead does. Returns {lastSeq, acked, firstKeptSeq,
-// members with seq > since, rooms}.
-var scriptConnect = redis.NewScript(luaTrim + `
+// value, route key TTL ms, nowMs, since, limit, deadline (Unix ms, see
+// luaPastDeadline), max routes (0 = no limit), then the nodes whose
+// routes do not count. Checks the limit, stores the route, then reads as
+// scriptRead does. Returns {lastSeq, acked, firstKeptSeq, members with
+// seq > since, rooms}; 0 when the deadline had passed, 1 when the user has
+// max other live routes (nothing stored either way: a refused handshake
+// leaves no route behind).
+var scriptConnect = redis.NewScript(luaTrim + luaPastDeadline + `
+if pastDeadline(ARGV[7]) then return 0 end
+local max = tonumber(ARGV[8])
+if max > 0 then
+  local ignore = {}
+  for i = 9, #ARGV do ignore[ARGV[i]] = true end
+  local now, n = tonumber(ARGV[4]), 0
+  local flat = redis.call('HGETALL', KEYS[1])
+  for i = 1, #flat, 2 do
+    if flat[i] ~= ARGV[1] then
+      local node, exp = string.match(flat[i + 1], '^(.*)|%d+|(%d+)$')
+      if node and tonumber(exp) > now and not ignore[node] then n = n + 1 end
+    end
+  end
+  if n >= max then return 1 end
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 trim(KEYS[5], tonumber(ARGV[4]), tonumber(ARGV[6]))

@@ -173,7 +173,7 @@ func TestNotAnUpgradeIsRefusedWithJSON(t *testing.T) {
 // as when Redis does not answer in time.
 type failingConnect struct{ cluster.Backend }
 
-func (failingConnect) Connect(context.Context, cluster.Route, time.Duration, int64, cluster.InboxOptions) (cluster.ConnectResult, error) {
+func (failingConnect) Connect(context.Context, cluster.Route, time.Duration, int64, cluster.InboxOptions, cluster.ConnLimit) (cluster.ConnectResult, error) {
 	return cluster.ConnectResult{}, errors.New("backend down")
 }
 

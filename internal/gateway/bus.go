@@ -45,6 +45,12 @@ type envelope struct {
 	// the same id, sent to From (see ask.go).
 	Req  string `json:"q,omitempty"`
 	From string `json:"f,omitempty"`
+
+	// Deadline (Unix ms; 0 = none): the publisher answered its caller an
+	// error if the send had not completed by then, so a receiver drops an
+	// envelope that arrives later (it was sent from a Redis socket that
+	// hung, after the caller was told "unavailable").
+	Deadline int64 `json:"d,omitempty"`
 }
 
 func encodeEnvelope(e envelope, body []byte) []byte {
@@ -169,6 +175,10 @@ func (n *Node) onBus(payload []byte) {
 		return
 	}
 	body := payload[i+1:]
+	if e.Deadline > 0 && time.Now().UnixMilli() > e.Deadline {
+		n.log.Debug("bus envelope past its publisher's deadline dropped", "kind", e.Kind)
+		return
+	}
 	n.metrics.BusReceived.WithLabelValues(busKindName(e.Kind)).Inc()
 	switch e.Kind {
 	case kindMessage:

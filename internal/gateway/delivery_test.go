@@ -171,8 +171,8 @@ type pausedConnect struct {
 	release chan struct{}
 }
 
-func (p *pausedConnect) Connect(ctx context.Context, route cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions) (cluster.ConnectResult, error) {
-	cr, err := p.Backend.Connect(ctx, route, ttl, since, opt)
+func (p *pausedConnect) Connect(ctx context.Context, route cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions, lim cluster.ConnLimit) (cluster.ConnectResult, error) {
+	cr, err := p.Backend.Connect(ctx, route, ttl, since, opt, lim)
 	if route.User == p.user {
 		close(p.read)
 		<-p.release
@@ -211,26 +211,14 @@ func TestResumeFillsAHoleSeenInHeldMessages(t *testing.T) {
 	checkWhole(t, got, 2)
 }
 
-// redisBackend is a backend on srv with the key prefix shared by the
-// nodes of one test, closed after them.
-func redisBackend(t *testing.T, srv *redistest.Server, prefix string) *cluster.Redis {
-	t.Helper()
-	r, err := cluster.NewRedis(context.Background(), cluster.RedisOptions{URL: srv.URL(), Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
-}
-
 // Redis drops the nodes' Pub/Sub connections (CLIENT KILL TYPE pubsub, as
 // the output-buffer limit does) while reliable messages are published to
 // a user on another node: every seq arrives, in order, without any later
 // message being published and without a reconnect.
 func TestSubscriberLossIsCaughtUpWithoutALaterMessage(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Options{})
-	pubNode := startNodeWith(t, redisBackend(t, srv, "subloss"), nil)
-	connNode := startNodeWith(t, redisBackend(t, srv, "subloss"), func(c *config.Gateway) { c.NodeID = "t2" })
+	pubNode := startNodeWith(t, redisBackend(t, srv.URL(), "subloss", 0), nil)
+	connNode := startNodeWith(t, redisBackend(t, srv.URL(), "subloss", 0), func(c *config.Gateway) { c.NodeID = "t2" })
 	c := dialRaw(t, connNode.addr, "far", "")
 	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
 	var got []int64

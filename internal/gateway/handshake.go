@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -260,11 +261,24 @@ func (n *Node) checkUserLimit(ctx context.Context, user string) *refusal {
 		return f
 	}
 	if len(routes) >= max && n.cfg.DevicePolicy != config.DeviceSingle {
-		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "user "+user+" has too many connections")
-		f.reason, f.retryAfter = "conn_limit", 5*time.Second
-		return f
+		return userLimitRefusal(user)
 	}
 	return nil
+}
+
+func userLimitRefusal(user string) *refusal {
+	f := refuseWith(http.StatusTooManyRequests, "rate_limited", "user "+user+" has too many connections")
+	f.reason, f.retryAfter = "conn_limit", 5*time.Second
+	return f
+}
+
+// connLimit is WSGATE_MAX_CONNS_PER_USER as Connect applies it atomically
+// (the single device policy replaces connections instead).
+func (n *Node) connLimit() cluster.ConnLimit {
+	if n.cfg.DevicePolicy == config.DeviceSingle {
+		return cluster.ConnLimit{}
+	}
+	return cluster.ConnLimit{Max: max(n.cfg.MaxConnsPerUser, 0)}
 }
 
 // newConn is the connection of an admitted handshake (not yet in the hub).
@@ -374,31 +388,40 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	n.hub.add(c)
 	ctx, cancel := n.bctx(n.hsCtx)
 	defer cancel()
-	fail := func(what string, err error) {
-		c.logger().Warn("connection setup failed", "step", what, "err", err)
+	refuseOrClose := func(f *refusal, code int) {
 		c.mu.Lock()
 		if c.preamble && c.state == stResuming {
 			// The 101 has not gone out (own accept path): refuse instead.
-			f := refuseWith(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
-			f.retryAfter = 5 * time.Second
-			if n.hsCtx.Err() != nil {
-				f = shuttingDown()
-			}
 			n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
 			_, _ = unix.Write(c.fd, f.response())
 			c.outq = nil
 		} else {
-			c.closeWithReasonLocked(1011, "cluster backend unavailable")
+			c.closeWithReasonLocked(code, f.msg)
 		}
 		c.mu.Unlock()
 		c.teardown("setup failed")
+	}
+	fail := func(what string, err error) {
+		c.logger().Warn("connection setup failed", "step", what, "err", err)
+		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
+		f.retryAfter = 5 * time.Second
+		if n.hsCtx.Err() != nil {
+			f = shuttingDown()
+		}
+		refuseOrClose(f, 1011)
 	}
 	// One backend step: the route is stored, then the user's rooms and
 	// inbox are read (see cluster.Backend.Connect for why in that order).
 	start := time.Now()
 	route := cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, ConnectedAt: c.connectedAt}
-	cr, err := n.backend.Connect(ctx, route, n.cfg.RouteTTL, since, n.inboxOpts())
+	cr, err := n.backend.Connect(ctx, route, n.cfg.RouteTTL, since, n.inboxOpts(), n.connLimit())
 	n.observe("route", start, err)
+	if errors.Is(err, cluster.ErrConnLimit) {
+		// checkUserLimit let it through, but concurrent handshakes of the
+		// user took the last places first: the atomic check decides.
+		refuseOrClose(userLimitRefusal(c.user), protocol.CloseRateLimited)
+		return
+	}
 	if err != nil {
 		fail("connect", err)
 		return

@@ -68,12 +68,14 @@ func (n *Node) heartbeatLoop() {
 func (n *Node) reRegister(ctx context.Context) error {
 	conns := n.hub.all()
 	routes := make([]cluster.Route, 0, len(conns))
+	written := make([]*conn, 0, len(conns))
 	for _, c := range conns {
 		c.mu.Lock()
 		live := c.state <= stOpen
 		c.mu.Unlock()
 		if live {
 			routes = append(routes, cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, ConnectedAt: c.connectedAt})
+			written = append(written, c)
 		}
 	}
 	start := time.Now()
@@ -82,6 +84,16 @@ func (n *Node) reRegister(ctx context.Context) error {
 		err = n.backend.AddRoutes(ctx, routes[i:min(i+1000, len(routes))], n.cfg.RouteTTL)
 	}
 	n.observe("route", start, err)
+	// A connection that ended meanwhile may have had its route removed
+	// before the write above stored it again: remove it once more, after.
+	for i, c := range written {
+		c.mu.Lock()
+		ended := c.state == stClosed
+		c.mu.Unlock()
+		if ended {
+			n.removeRoute(routes[i])
+		}
+	}
 	if err != nil {
 		n.log.Warn("route refresh failed", "err", err)
 		return err

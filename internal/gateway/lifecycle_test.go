@@ -118,12 +118,7 @@ func redisBackends(t *testing.T, k int) []cluster.Backend {
 	srv := redistest.Standalone(t, redistest.Options{})
 	var out []cluster.Backend
 	for range k {
-		r, err := cluster.NewRedis(context.Background(), cluster.RedisOptions{URL: srv.URL(), Prefix: "t"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() }) // after the nodes' shutdown
-		out = append(out, r)
+		out = append(out, redisBackend(t, srv.URL(), "t", 0))
 	}
 	return out
 }
@@ -211,7 +206,7 @@ type slowConnect struct {
 	inside atomic.Int32
 }
 
-func (b *slowConnect) Connect(ctx context.Context, r cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions) (cluster.ConnectResult, error) {
+func (b *slowConnect) Connect(ctx context.Context, r cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions, lim cluster.ConnLimit) (cluster.ConnectResult, error) {
 	b.inside.Add(1)
 	defer b.inside.Add(-1)
 	<-ctx.Done()

@@ -109,7 +109,6 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	n := &Node{
 		cfg:       cfg,
 		log:       log.With("node", cfg.NodeID),
-		backend:   backend,
 		metrics:   m,
 		origins:   auth.NewOriginPolicy(cfg.AllowedOrigins),
 		hsLimiter: auth.NewRateLimiter(cfg.HandshakeRatePerIP),
@@ -118,6 +117,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		drained:   make(chan struct{}),
 	}
 	n.hub = newHub(n)
+	n.backend = &liveBackend{Backend: backend, n: n} // routes of dead nodes left out
 	if pc, ok := backend.(interface{ PoolConns() int }); ok {
 		// Descriptors held for the backend, so that a leak check can
 		// tell them from client sockets (a second node on the same

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,34 +83,44 @@ func (r *PublishRequest) Validate() (class, error) {
 }
 
 // idempotencyTTL is how long a publish answer is kept for its key.
-const idempotencyTTL = 5 * time.Minute
+const idempotencyTTL = cluster.KeyLifetime
 
 // Publish delivers a message to its target wherever in the cluster it is:
 // to the nodes that hold the user's connections, the nodes with a member
 // of the room online, or every node. With an idempotency key, a retry
-// within 5 minutes gets the first answer and delivers nothing again.
+// within 5 minutes gets the first answer and stores and delivers nothing
+// again, also when the first try ended in an error after which the message
+// may have been stored: the key keeps the first try's message id, and the
+// inbox append is bound to the key (cluster.InboxAppend.Key). A key reused
+// with another body is answered 409.
 func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, error) {
 	cl, err := r.Validate()
 	if err != nil {
 		return PublishResult{}, err
 	}
 	if r.IdempotencyKey == "" {
-		return n.publish(ctx, r, cl)
+		return n.publish(ctx, r, cl, n.newID())
 	}
 	if len(r.IdempotencyKey) > protocol.MaxNameBytes {
 		return PublishResult{}, badRequest("idempotency_key is longer than %d bytes", protocol.MaxNameBytes)
 	}
+	fp := r.fingerprint(cl)
+	id := n.newID()
 	for {
-		claimed, answer, err := n.backend.ClaimKey(ctx, r.IdempotencyKey, idempotencyTTL)
+		kc, err := n.backend.ClaimKey(ctx, r.IdempotencyKey, fp, id, idempotencyTTL)
 		if err != nil {
 			return PublishResult{}, unavailable("idempotency key", err)
 		}
-		if claimed {
+		if kc.Conflict {
+			return PublishResult{}, &APIError{Status: http.StatusConflict, Code: "conflict", Message: "idempotency_key was used with another message (target, event, data, reliable or class differ)"}
+		}
+		if kc.Claimed {
+			id = kc.ID
 			break
 		}
-		if answer != nil {
+		if kc.Answer != nil {
 			var res PublishResult
-			if err := json.Unmarshal(answer, &res); err != nil {
+			if err := json.Unmarshal(kc.Answer, &res); err != nil {
 				return PublishResult{}, unavailable("idempotency key", err)
 			}
 			return res, nil
@@ -120,11 +133,13 @@ func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, er
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	res, err := n.publish(ctx, r, cl)
+	res, err := n.publish(ctx, r, cl, id)
 	// The key outlives the request's deadline: store it on a fresh one.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*time.Second)
 	defer cancel()
 	if err != nil {
+		// The claim stays with its fingerprint and message id; a retry
+		// takes it over (and finds the message if it was stored).
 		_ = n.backend.ReleaseKey(sctx, r.IdempotencyKey)
 		return res, err
 	}
@@ -135,9 +150,30 @@ func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, er
 	return res, nil
 }
 
-func (n *Node) publish(ctx context.Context, r PublishRequest, cl class) (PublishResult, error) {
+// fingerprint identifies the body of a publish for its idempotency key:
+// target, event, data, reliable and class.
+func (r *PublishRequest) fingerprint(cl class) string {
+	h := sha256.New()
+	for _, f := range []string{r.Target.Type, r.Target.ID, r.Event, string(r.Data)} {
+		var l [8]byte
+		binary.BigEndian.PutUint64(l[:], uint64(len(f)))
+		h.Write(l[:])
+		h.Write([]byte(f))
+	}
+	h.Write([]byte{byte(cl), boolByte(r.Reliable)})
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id string) (PublishResult, error) {
 	now := time.Now()
-	msg := protocol.Message{ID: n.newID(), Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target}
+	msg := protocol.Message{ID: id, Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target}
 	res := PublishResult{ID: msg.ID}
 	n.metrics.Published.WithLabelValues(r.Target.Type).Inc()
 	switch r.Target.Type {
@@ -146,7 +182,16 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class) (Publish
 		if r.Reliable {
 			stored := protocol.AppendMessageJSON(nil, &msg)
 			start := time.Now()
-			ar, err := n.backend.AppendInbox(ctx, r.Target.ID, stored, n.inboxOpts())
+			var ar cluster.AppendResult
+			var err error
+			if r.IdempotencyKey == "" {
+				ar, err = n.backend.AppendInbox(ctx, r.Target.ID, stored, n.inboxOpts())
+			} else {
+				// Bound to the key in the same step: a retry after an
+				// error finds the message and its seq.
+				o := n.backend.AppendInboxes(ctx, []cluster.InboxAppend{{User: r.Target.ID, Payload: stored, Key: r.IdempotencyKey}}, n.inboxOpts())[0]
+				ar, err = o.AppendResult, o.Err
+			}
 			n.observe("publish", start, err)
 			if err != nil {
 				return PublishResult{}, unavailable("inbox append", err)
@@ -176,10 +221,15 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class) (Publish
 	case protocol.TargetBroadcast:
 		// Over the bus first: a broadcast answered 503 is delivered
 		// nowhere, so that a retry does not deliver it twice here.
+		// The envelope carries the send's deadline: a receiver drops it
+		// when it arrives after the caller was answered 503.
+		bctx, cancel := context.WithTimeout(ctx, busSendTimeout)
+		defer cancel()
+		dl, _ := bctx.Deadline()
 		body := protocol.AppendMessageJSON(nil, &msg)
-		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID}, body)
+		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli()}, body)
 		start := time.Now()
-		err := n.backend.Broadcast(ctx, env)
+		err := n.backend.Broadcast(bctx, env)
 		n.observe("bus", start, err)
 		if err != nil {
 			return PublishResult{}, unavailable("broadcast", err)
@@ -188,6 +238,12 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class) (Publish
 	}
 	return res, nil
 }
+
+// busSendTimeout bounds a bus send whose failure is answered to the caller
+// (a broadcast): below the Redis read timeout, so that the send fails at
+// its context's deadline at the earliest, the deadline its envelope
+// carries.
+const busSendTimeout = 1500 * time.Millisecond
 
 // route delivers msg locally if this node is among nodes, and sends it to
 // the others over the bus.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -69,7 +70,32 @@ func (n *Node) removeBatch(batch []cluster.Route) {
 	err := n.backend.RemoveRoutes(ctx, batch)
 	n.observe("route", start, err)
 	if err != nil {
-		// The routes expire within the route TTL anyway.
-		n.log.Warn("route removal failed; the routes will expire", "routes", len(batch), "err", err)
+		// Until they are removed they count (presence, limits): try
+		// again while the backend is away, for up to the route TTL
+		// (when they expire anyway).
+		n.log.Warn("route removal failed; retrying in the background", "routes", len(batch), "err", err)
+		again := slices.Clone(batch)
+		n.goFunc(func() { n.retryRemoval(again) })
+	}
+}
+
+// retryRemoval removes routes whose removal failed, with backoff, until it
+// succeeds, the route TTL has passed or the node stops.
+func (n *Node) retryRemoval(routes []cluster.Route) {
+	end := time.Now().Add(n.cfg.RouteTTL)
+	delay := 250 * time.Millisecond
+	for time.Now().Before(end) {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, 4*time.Second)
+		err := n.backend.RemoveRoutes(ctx, routes)
+		cancel()
+		if err == nil {
+			return
+		}
+		delay = min(2*delay, 5*time.Second)
 	}
 }

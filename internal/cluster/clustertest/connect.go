@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ func init() {
 	routeTests = append(routeTests,
 		subtest{"ConnectRegistersAndReads", testConnect},
 		subtest{"ConnectConcurrentCallsBatch", testConnectConcurrent},
+		subtest{"ConnectLimitIsAtomic", testConnectLimit},
 	)
 }
 
@@ -27,7 +29,7 @@ func testConnect(t *testing.T, b cluster.Backend) {
 	}
 	must(t, b.Ack(ctx, "cu", 1))
 	route := cluster.Route{User: "cu", ConnID: "c1", Node: "n1", ConnectedAt: 5}
-	res, err := b.Connect(ctx, route, longTTL, 0, opt)
+	res, err := b.Connect(ctx, route, longTTL, 0, opt, cluster.ConnLimit{})
 	must(t, err)
 	checkStrings(t, "rooms", res.Rooms, "r1")
 	in := res.Inbox
@@ -37,7 +39,7 @@ func testConnect(t *testing.T, b cluster.Backend) {
 	routes, err := b.UserRoutes(ctx, "cu")
 	must(t, err)
 	checkRoutes(t, "routes after connect", routes, route)
-	res, err = b.Connect(ctx, cluster.Route{User: "cu", ConnID: "c2", Node: "n2", ConnectedAt: 6}, longTTL, 4, opt)
+	res, err = b.Connect(ctx, cluster.Route{User: "cu", ConnID: "c2", Node: "n2", ConnectedAt: 6}, longTTL, 4, opt, cluster.ConnLimit{})
 	must(t, err)
 	if len(res.Inbox.Messages) != 1 || res.Inbox.Messages[0].Seq != 5 || res.Inbox.GapTo != 0 {
 		t.Fatalf("since 4: %+v", res.Inbox)
@@ -53,7 +55,7 @@ func testConnectConcurrent(t *testing.T, b cluster.Backend) {
 		go func() {
 			defer wg.Done()
 			u := fmt.Sprintf("cc%d", i%30)
-			_, err := b.Connect(ctx, cluster.Route{User: u, ConnID: fmt.Sprint("k", i), Node: "n1"}, longTTL, 0, cluster.InboxOptions{Limit: 10, TTL: time.Hour})
+			_, err := b.Connect(ctx, cluster.Route{User: u, ConnID: fmt.Sprint("k", i), Node: "n1"}, longTTL, 0, cluster.InboxOptions{Limit: 10, TTL: time.Hour}, cluster.ConnLimit{})
 			errs <- err
 		}()
 	}
@@ -91,5 +93,61 @@ func testRemoveRoutes(t *testing.T, b cluster.Backend) {
 	}
 	if left != 10 {
 		t.Fatalf("%d routes left, want 10", left)
+	}
+}
+
+// With a limit, concurrent connects of one user never store more routes
+// than the limit; routes of ignored (dead) nodes, expired routes and the
+// connection's own route do not count; a refused connect stores nothing.
+func testConnectLimit(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	opt := cluster.InboxOptions{Limit: 10, TTL: time.Hour}
+	must(t, b.AddRoutes(ctx, []cluster.Route{{User: "lim", ConnID: "dead1", Node: "dead|node", ConnectedAt: 1}}, longTTL))
+	must(t, b.AddRoutes(ctx, []cluster.Route{{User: "lim", ConnID: "old", Node: "n9", ConnectedAt: 1}}, shortTTL))
+	lim := cluster.ConnLimit{Max: 2, IgnoreNodes: []string{"dead|node"}}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted, refused := 0, 0
+	for i := range 12 {
+		wg.Go(func() {
+			_, err := b.Connect(ctx, cluster.Route{User: "lim", ConnID: fmt.Sprint("c", i), Node: fmt.Sprint("n", i%3), ConnectedAt: 2}, longTTL, 0, opt, lim)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				accepted++
+			case errors.Is(err, cluster.ErrConnLimit):
+				refused++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	eventually(t, "the short route expires", func() (bool, string) {
+		routes, err := b.UserRoutes(ctx, "lim")
+		return err == nil && len(routes) == accepted+1, fmt.Sprint(routes)
+	})
+	// The expired route may have counted while it lived: at most the
+	// limit, and at least limit-1, were accepted.
+	if accepted > 2 || accepted < 1 || accepted+refused != 12 {
+		t.Fatalf("%d accepted, %d refused with a limit of 2", accepted, refused)
+	}
+	// Now exactly the limit; a reconnect of an accepted id is not refused.
+	for accepted < 2 {
+		_, err := b.Connect(ctx, cluster.Route{User: "lim", ConnID: "late", Node: "n1", ConnectedAt: 3}, longTTL, 0, opt, lim)
+		must(t, err)
+		accepted++
+	}
+	if _, err := b.Connect(ctx, cluster.Route{User: "lim", ConnID: "more", Node: "n1", ConnectedAt: 4}, longTTL, 0, opt, lim); !errors.Is(err, cluster.ErrConnLimit) {
+		t.Fatalf("connect beyond the limit: %v, want ErrConnLimit", err)
+	}
+	routes, err := b.UserRoutes(ctx, "lim")
+	must(t, err)
+	if _, err := b.Connect(ctx, routes[len(routes)-1], longTTL, 0, opt, lim); err != nil {
+		t.Fatalf("the same connection again: %v", err)
+	}
+	if got, _ := b.UserRoutes(ctx, "lim"); len(got) != 3 {
+		t.Fatalf("routes %v, want the 2 accepted and the dead node's", got)
 	}
 }

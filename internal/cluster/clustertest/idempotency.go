@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
@@ -12,44 +13,58 @@ func init() {
 		subtest{"IdempotencyClaimStoreRelease", testIdempotency},
 		subtest{"IdempotencyOneClaimUnderRace", testIdempotencyRace},
 	)
+	inboxTests = append(inboxTests,
+		subtest{"AppendWithKeyStoresOnce", testAppendKeyOnce},
+	)
 }
 
 func testIdempotency(t *testing.T, b cluster.Backend) {
 	ctx := ctxFor(t)
-	claimed, ans, err := b.ClaimKey(ctx, "k1", longTTL)
-	must(t, err)
-	if !claimed || ans != nil {
-		t.Fatalf("first claim: claimed=%v answer=%q", claimed, ans)
+	claim := func(key, fp, id string) cluster.KeyClaim {
+		t.Helper()
+		kc, err := b.ClaimKey(ctx, key, fp, id, longTTL)
+		must(t, err)
+		return kc
 	}
-	claimed, ans, err = b.ClaimKey(ctx, "k1", longTTL)
-	must(t, err)
-	if claimed || ans != nil {
-		t.Fatalf("second claim while pending: claimed=%v answer=%q", claimed, ans)
+	if kc := claim("k1", "fp1", "id1"); !kc.Claimed || kc.ID != "id1" || kc.Answer != nil || kc.Conflict {
+		t.Fatalf("first claim: %+v", kc)
 	}
-	must(t, b.StoreKey(ctx, "k1", []byte(`{"id":"x","seq":3}`), longTTL))
-	claimed, ans, err = b.ClaimKey(ctx, "k1", longTTL)
-	must(t, err)
-	if claimed || string(ans) != `{"id":"x","seq":3}` {
-		t.Fatalf("claim after store: claimed=%v answer=%q", claimed, ans)
+	if kc := claim("k1", "fp1", "id2"); kc.Claimed || kc.Answer != nil || kc.Conflict {
+		t.Fatalf("second claim while pending: %+v", kc)
 	}
-	// A failed call releases its claim; a stored answer is never released.
+	if kc := claim("k1", "fp2", "id2"); !kc.Conflict || kc.Claimed {
+		t.Fatalf("claim with another fingerprint while pending: %+v", kc)
+	}
+	// A failed call keeps the key's fingerprint and message id: a retry
+	// claims it again with the first id; another body is a conflict.
 	must(t, b.ReleaseKey(ctx, "k1"))
-	if claimed, _, _ := b.ClaimKey(ctx, "k1", longTTL); claimed {
-		t.Fatal("release removed a stored answer")
+	if kc := claim("k1", "fp2", "id3"); !kc.Conflict {
+		t.Fatalf("claim with another fingerprint after a failure: %+v", kc)
 	}
-	claimed, _, _ = b.ClaimKey(ctx, "k2", longTTL)
-	must(t, b.ReleaseKey(ctx, "k2"))
-	if claimed, _, _ = b.ClaimKey(ctx, "k2", longTTL); !claimed {
-		t.Fatal("a released key cannot be claimed again")
+	if kc := claim("k1", "fp1", "id3"); !kc.Claimed || kc.ID != "id1" {
+		t.Fatalf("claim after a failure: %+v, want claimed with the first id id1", kc)
+	}
+	must(t, b.StoreKey(ctx, "k1", []byte(`{"id":"id1","seq":3}`), longTTL))
+	if kc := claim("k1", "fp1", "id4"); kc.Claimed || string(kc.Answer) != `{"id":"id1","seq":3}` {
+		t.Fatalf("claim after store: %+v", kc)
+	}
+	if kc := claim("k1", "fp2", "id4"); !kc.Conflict {
+		t.Fatalf("claim with another fingerprint after store: %+v", kc)
+	}
+	// A stored answer is never released.
+	must(t, b.ReleaseKey(ctx, "k1"))
+	if kc := claim("k1", "fp1", "id5"); kc.Claimed || kc.Answer == nil {
+		t.Fatalf("release removed a stored answer: %+v", kc)
 	}
 	// Expiry.
-	claimed, _, _ = b.ClaimKey(ctx, "k3", shortTTL)
-	if !claimed {
+	kc, err := b.ClaimKey(ctx, "k3", "fp", "id", shortTTL)
+	must(t, err)
+	if !kc.Claimed {
 		t.Fatal("k3 not claimed")
 	}
 	eventually(t, "claim of k3 expires", func() (bool, string) {
-		c, _, err := b.ClaimKey(ctx, "k3", longTTL)
-		return err == nil && c, "still held"
+		kc, err := b.ClaimKey(ctx, "k3", "other", "id", longTTL)
+		return err == nil && kc.Claimed, fmt.Sprintf("%+v %v", kc, err)
 	})
 }
 
@@ -62,8 +77,8 @@ func testIdempotencyRace(t *testing.T, b cluster.Backend) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			claimed, _, err := b.ClaimKey(ctx, "race", longTTL)
-			if err == nil && claimed {
+			kc, err := b.ClaimKey(ctx, "race", "fp", "id", longTTL)
+			if err == nil && kc.Claimed {
 				mu.Lock()
 				wins++
 				mu.Unlock()
@@ -73,5 +88,48 @@ func testIdempotencyRace(t *testing.T, b cluster.Backend) {
 	wg.Wait()
 	if wins != 1 {
 		t.Fatalf("%d callers claimed the same key, want 1", wins)
+	}
+}
+
+// An append with a key stores the message once: a second append with
+// that key (the retry of a call that got an error after the store) answers
+// the first seq and stores nothing; the key is bound per user, and
+// messages without a key are not affected.
+func testAppendKeyOnce(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	one := func(m cluster.InboxAppend) cluster.AppendResult {
+		t.Helper()
+		out := b.AppendInboxes(ctx, []cluster.InboxAppend{m}, inboxOpts)
+		must(t, out[0].Err)
+		return out[0].AppendResult
+	}
+	first := one(cluster.InboxAppend{User: "ka", Payload: []byte("m1"), Key: "k"})
+	if first.Seq != 1 || first.Existing {
+		t.Fatalf("first append: %+v", first)
+	}
+	again := one(cluster.InboxAppend{User: "ka", Payload: []byte("m1"), Key: "k"})
+	if again.Seq != 1 || !again.Existing {
+		t.Fatalf("append with the same key: %+v, want seq 1, existing", again)
+	}
+	if r := one(cluster.InboxAppend{User: "ka", Payload: []byte("m2")}); r.Seq != 2 || r.Existing {
+		t.Fatalf("append without key: %+v", r)
+	}
+	// In one batch: the repeat within the batch is found too.
+	out := b.AppendInboxes(ctx, []cluster.InboxAppend{
+		{User: "ka", Payload: []byte("m3"), Key: "k3"},
+		{User: "ka", Payload: []byte("m3"), Key: "k3"},
+		{User: "kb", Payload: []byte("m1"), Key: "k"},
+	}, inboxOpts)
+	for i, o := range out {
+		must(t, o.Err)
+		want := []cluster.AppendResult{{Seq: 3}, {Seq: 3, Existing: true}, {Seq: 1}}[i]
+		if o.Seq != want.Seq || o.Existing != want.Existing {
+			t.Fatalf("batch message %d: %+v, want %+v", i, o.AppendResult, want)
+		}
+	}
+	rd, err := b.ReadInbox(ctx, "ka", 0, inboxOpts)
+	must(t, err)
+	if len(rd.Messages) != 3 || rd.LastSeq != 3 {
+		t.Fatalf("inbox of ka: %d messages, last seq %d; want 3 and 3", len(rd.Messages), rd.LastSeq)
 	}
 }
