@@ -105,6 +105,12 @@ type InboxAppend struct {
 // callers (the gateway) and by inbox appends (InboxAppend.Key).
 const KeyLifetime = 5 * time.Minute
 
+// ClaimLease is how long a pending idempotency claim belongs to its
+// caller. It exceeds the longest a publish holds a claim (the API's 5 s
+// bound, then 4 s to store the answer), so a claim still pending after it
+// has no caller left: a retry with the same body takes it over.
+const ClaimLease = 10 * time.Second
+
 // KeyClaim is the answer to ClaimKey.
 type KeyClaim struct {
 	Claimed  bool   // the caller runs the call, with message id ID
@@ -229,6 +235,9 @@ type Backend interface {
 	// the key keeps its fp and message id, and the next ClaimKey with that
 	// fp claims it again with the first ID (so that a retry republishes
 	// the same message; an inbox append with the same Key finds it stored).
+	// A claim still pending ClaimLease after it was made (its caller's
+	// reply was lost, or its node died mid-publish) is taken over the same
+	// way by the next ClaimKey with that fp.
 	ClaimKey(ctx context.Context, key, fp, id string, ttl time.Duration) (KeyClaim, error)
 	StoreKey(ctx context.Context, key string, answer []byte, ttl time.Duration) error
 	ReleaseKey(ctx context.Context, key string) error

@@ -7,8 +7,9 @@ import (
 
 type memKey struct {
 	fp, id  string
-	failed  bool   // the claiming call failed: the next claim with fp takes it
-	answer  []byte // nil while pending or failed
+	failed  bool      // the claiming call failed: the next claim with fp takes it
+	answer  []byte    // nil while pending or failed
+	claimed time.Time // when the pending claim was made (see ClaimLease)
 	expires time.Time
 }
 
@@ -26,15 +27,15 @@ func (m *Memory) ClaimKey(ctx context.Context, key, fp, id string, ttl time.Dura
 		switch {
 		case k.fp != fp:
 			return KeyClaim{Conflict: true}, nil
-		case k.failed:
-			k.failed = false
+		case k.failed, k.answer == nil && now.Sub(k.claimed) > ClaimLease:
+			k.failed, k.claimed = false, now
 			m.keys[key] = k
 			return KeyClaim{Claimed: true, ID: k.id}, nil
 		}
 		return KeyClaim{ID: k.id, Answer: k.answer}, nil
 	}
 	m.sweepKeysLocked(now)
-	m.keys[key] = memKey{fp: fp, id: id, expires: now.Add(ttl)}
+	m.keys[key] = memKey{fp: fp, id: id, claimed: now, expires: now.Add(ttl)}
 	return KeyClaim{Claimed: true, ID: id}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
 )
@@ -12,6 +13,7 @@ func init() {
 	miscTests = append(miscTests,
 		subtest{"IdempotencyClaimStoreRelease", testIdempotency},
 		subtest{"IdempotencyOneClaimUnderRace", testIdempotencyRace},
+		subtest{"IdempotencyAbandonedClaimTakenOver", testIdempotencyLease},
 	)
 	inboxTests = append(inboxTests,
 		subtest{"AppendWithKeyStoresOnce", testAppendKeyOnce},
@@ -131,5 +133,39 @@ func testAppendKeyOnce(t *testing.T, b cluster.Backend) {
 	must(t, err)
 	if len(rd.Messages) != 3 || rd.LastSeq != 3 {
 		t.Fatalf("inbox of ka: %d messages, last seq %d; want 3 and 3", len(rd.Messages), rd.LastSeq)
+	}
+}
+
+// A claim whose caller never stored nor released it (its reply was lost,
+// or its node died mid-publish) is not held for the key's lifetime: after
+// ClaimLease a retry with the same body takes it over with the first
+// message id; another body is still a conflict.
+func testIdempotencyLease(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	started := time.Now()
+	kc, err := b.ClaimKey(ctx, "abandoned", "fp", "id1", longTTL)
+	must(t, err)
+	if !kc.Claimed {
+		t.Fatalf("first claim: %+v", kc)
+	}
+	for deadline := time.Now().Add(cluster.ClaimLease + waitFor); ; {
+		kc, err := b.ClaimKey(ctx, "abandoned", "fp", "id2", longTTL)
+		must(t, err)
+		if kc.Conflict || kc.Answer != nil || (kc.Claimed && kc.ID != "id1") {
+			t.Fatalf("retry with the same body: %+v, want pending or taken over with the first id id1", kc)
+		}
+		if kc.Claimed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the abandoned claim was not taken over after %s", cluster.ClaimLease+waitFor)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if time.Since(started) < cluster.ClaimLease {
+		t.Fatalf("a pending claim was taken over before its lease ended")
+	}
+	if kc, err := b.ClaimKey(ctx, "abandoned", "other", "id3", longTTL); err != nil || !kc.Conflict {
+		t.Fatalf("another body after the take-over: %+v %v", kc, err)
 	}
 }
