@@ -296,8 +296,10 @@ func busKindName(k string) string {
 // catchUpBehind starts (or, when one is running, repeats once after it) a
 // check of every local connection against its user's last seq: those
 // behind (a bus copy lost on the way) catch up from the inbox. It runs
-// after every resubscription to the bus, and every catchUpEvery seconds
-// from the sweep as a safety net.
+// after every resubscription to the bus (the subscriber side lost
+// copies), when another node is found dead (it may have died between an
+// append and its bus send), and every catchUpPeriod seconds from the sweep
+// as a safety net for a copy lost any other way.
 func (n *Node) catchUpBehind() {
 	n.behindAgain.Store(true)
 	if !n.behindRunning.CompareAndSwap(false, true) {
@@ -311,8 +313,13 @@ func (n *Node) catchUpBehind() {
 	})
 }
 
-// catchUpEvery is the period of the safety-net check, in sweeps (seconds).
-const catchUpEvery = 3
+// catchUpPeriod is the period of the safety-net check, in sweeps
+// (seconds). Each check costs one GET per local user (pipelined by 1000),
+// so it is slow: the losses it is for (a PUBLISH lost while both ends'
+// connections stayed up) have no other trigger, and the common ones are
+// repaired at once by the triggers above and by the publisher's resend of
+// a PUBLISH that reached no subscriber.
+const catchUpPeriod = 30
 
 // catchUpBehindOnce reads the last seqs of the local users in one
 // pipelined step per chunk and catches up the connections behind, at most

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,16 +247,55 @@ func TestSubscriberLossIsCaughtUpWithoutALaterMessage(t *testing.T) {
 
 // A bus copy lost on the way, with no later message for the user and no
 // reconnect, still arrives: the node checks its connections against their
-// users' last seqs every few seconds.
+// users' last seqs every catchUpPeriod (here shortened to 1 s).
 func TestLostBusCopyArrivesWithoutALaterMessage(t *testing.T) {
 	b := cluster.NewMemory()
 	pubNode := startNodeWith(t, b, nil)
 	connNode := startNodeWith(t, b, func(c *config.Gateway) { c.NodeID = "t2" })
+	connNode.catchUpEvery.Store(1)
 	connNode.loseBus = func(seq int64) bool { return seq == 2 }
 	c := dialRaw(t, connNode.addr, "quiet", "")
 	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
 	reliable(t, pubNode, "quiet", 1)
 	reliable(t, pubNode, "quiet", 2)
+	var got []int64
+	if code := c.readSeqs(&got, 2); code != 0 {
+		t.Fatalf("read ended with %d after %v", code, got)
+	}
+	checkWhole(t, got, 2)
+}
+
+// A node that dies between a reliable message's append and its bus send
+// leaves the message in the inbox only. The survivors notice the death
+// (three silent heartbeats) and catch their connections up then, without
+// a later message and without waiting for the safety net (switched off
+// here).
+func TestPublisherDeathCatchesUpWithoutALaterMessage(t *testing.T) {
+	b := cluster.NewMemory()
+	pubNode := startNodeWith(t, b, nil)
+	connNode := startNodeWith(t, b, func(c *config.Gateway) { c.NodeID = "t2" })
+	connNode.catchUpEvery.Store(0)
+	connNode.loseBus = func(seq int64) bool { return seq == 2 }
+	// The node that "dies": its heartbeat kept fresh until both messages
+	// are published, silent from then on.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			_ = b.RegisterNode(context.Background(), cluster.NodeInfo{ID: "doomed", Status: cluster.StatusActive})
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+	c := dialRaw(t, connNode.addr, "orphan", "")
+	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
+	reliable(t, pubNode, "orphan", 1)
+	reliable(t, pubNode, "orphan", 2) // its bus copy is lost, as if its publisher died
+	close(stop)
+	wg.Wait()
 	var got []int64
 	if code := c.readSeqs(&got, 2); code != 0 {
 		t.Fatalf("read ended with %d after %v", code, got)

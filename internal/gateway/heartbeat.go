@@ -19,7 +19,6 @@ func (n *Node) heartbeatLoop() {
 	defer t.Stop()
 	refreshEvery := n.cfg.RouteTTL / 3
 	lastRefresh := time.Now()
-	lastCleanup := time.Now()
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -56,10 +55,7 @@ func (n *Node) heartbeatLoop() {
 				n.goFunc(func() { n.recoverConnections(lost) })
 			}
 		}
-		if time.Since(lastCleanup) >= 5*n.cfg.HeartbeatInterval {
-			lastCleanup = time.Now()
-			n.cleanupDeadNodes(ctx)
-		}
+		n.cleanupDeadNodes(ctx)
 		cancel()
 	}
 }
@@ -155,6 +151,21 @@ func (n *Node) cleanupDeadNodes(ctx context.Context) {
 	}
 	limit := max(n.cfg.RouteTTL, 10*n.cfg.HeartbeatInterval).Milliseconds()
 	now := time.Now().UnixMilli()
+	stale := map[string]bool{}
+	newlyStale := false
+	for _, x := range nodes {
+		if x.ID != n.cfg.NodeID && now-x.Heartbeat > n.staleAfter().Milliseconds() {
+			stale[x.ID] = true
+			newlyStale = newlyStale || !n.staleNodes[x.ID]
+		}
+	}
+	n.staleNodes = stale
+	if newlyStale {
+		// A node that died between a reliable message's append and its
+		// bus send leaves the message in the inbox only: the local
+		// connections of its users catch up now, not at the next message.
+		n.catchUpBehind()
+	}
 	for _, x := range nodes {
 		if x.ID != n.cfg.NodeID && now-x.Heartbeat > limit {
 			n.log.Info("removing the record of a dead node", "dead_node", x.ID, "silent_ms", now-x.Heartbeat)

@@ -63,10 +63,12 @@ type Node struct {
 
 	interestMu sync.Mutex // orders this node's room interest writes
 
-	behindRunning atomic.Bool // catchUpBehind is running
-	behindAgain   atomic.Bool // and must run once more
+	behindRunning atomic.Bool     // catchUpBehind is running
+	staleNodes    map[string]bool // nodes silent for staleAfter at the last cleanupDeadNodes (its goroutine only)
+	behindAgain   atomic.Bool     // and must run once more
 
-	loseBus func(seq int64) bool // tests only: true loses the bus message of that seq
+	loseBus      func(seq int64) bool // tests only: true loses the bus message of that seq
+	catchUpEvery atomic.Int64         // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
 
 	startedAt time.Time
 	status    atomic.Value // cluster.NodeStatus
@@ -117,6 +119,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		drained:   make(chan struct{}),
 	}
 	n.hub = newHub(n)
+	n.catchUpEvery.Store(catchUpPeriod)
 	n.backend = &liveBackend{Backend: backend, n: n} // routes of dead nodes left out
 	if pc, ok := backend.(interface{ PoolConns() int }); ok {
 		// Descriptors held for the backend, so that a leak check can

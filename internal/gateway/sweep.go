@@ -37,7 +37,7 @@ func (n *Node) sweepLoop() {
 		for _, c := range n.hub.all() {
 			n.sweepOne(c, now, interval, pongTimeout)
 		}
-		if now%catchUpEvery == 0 {
+		if every := n.catchUpEvery.Load(); every > 0 && now%every == 0 {
 			n.catchUpBehind()
 		}
 		// After a burst of connects (a deploy, a reconnect storm) the heap
