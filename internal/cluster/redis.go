@@ -9,7 +9,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -109,10 +108,6 @@ type Redis struct {
 	appends    scriptBatcher // AppendInbox without WAIT
 	publishes  publishBatcher
 	acks       ackBatcher
-
-	done    context.Context // ends at Close: background work stops
-	stop    context.CancelFunc
-	unheard atomic.Int32 // resends of unheard bus messages running
 }
 
 // NewRedis connects to the deployment that opt.URL names. It fails only for
@@ -150,7 +145,6 @@ func NewRedis(ctx context.Context, opt RedisOptions) (*Redis, error) {
 		registered: map[string]bool{},
 		subs:       map[*redisSub]struct{}{},
 	}
-	r.done, r.stop = context.WithCancel(context.Background())
 	if err := r.Ping(ctx); err != nil {
 		r.log.Warn("redis does not answer yet", "err", err)
 	}
@@ -188,7 +182,6 @@ func (r *Redis) Close() error {
 		return nil
 	}
 	r.closed = true
-	r.stop()
 	for s := range r.subs {
 		s.cancel()
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -53,38 +52,28 @@ func (r *Redis) SendEach(ctx context.Context, msgs []BusMessage) error {
 	return r.publishes.call(ctx, r, "send", r.publishBatch, q)
 }
 
-// publishMany sends one payload per channel, in order, pipelined. A
-// message that reached no subscriber of a node's channel (the node's
-// subscription was broken at that moment) is published again in the
-// background (resendUnheard); not in Redis Cluster, where the count is
-// not the whole cluster's (the subscribing node catches up instead).
+// publishMany sends one payload per channel, in order, pipelined.
+//
+// A PUBLISH that reached no subscriber is not sent again: its count says
+// nothing certain (a subscriber on a replica, or on another Redis Cluster
+// node, hears the message though the master counts it 0), and a resend
+// would deliver a non-reliable message twice. A node whose subscription
+// broke is told so when it is restored (Subscribe's nil payload) and
+// catches its connections up from the inbox instead.
 func (r *Redis) publishMany(ctx context.Context, channels []string, payloads [][]byte) error {
 	c, err := r.publisher(ctx)
 	if err != nil {
 		return err
 	}
-	cmds := make([]*redis.IntCmd, len(channels))
 	if len(channels) == 1 {
-		cmds[0] = c.Publish(ctx, channels[0], payloads[0])
-		err = cmds[0].Err()
-	} else {
-		_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, ch := range channels {
-				cmds[i] = p.Publish(ctx, ch, payloads[i])
-			}
-			return nil
-		})
+		return c.Publish(ctx, channels[0], payloads[0]).Err()
 	}
-	if _, ok := r.c.(*redis.ClusterClient); ok {
-		// In Redis Cluster the count is of one cluster node's
-		// subscribers only: 0 says nothing there.
-		return err
-	}
-	for i, cmd := range cmds {
-		if n, err := cmd.Result(); err == nil && n == 0 && strings.HasPrefix(channels[i], r.k.busNode("")) {
-			r.resendUnheard(channels[i], payloads[i])
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, ch := range channels {
+			p.Publish(ctx, ch, payloads[i])
 		}
-	}
+		return nil
+	})
 	return err
 }
 
@@ -99,53 +88,6 @@ func (r *Redis) publisher(ctx context.Context) (redis.Cmdable, error) {
 		return cc.MasterForKey(ctx, r.k.busRoute())
 	}
 	return r.c, nil
-}
-
-// Resending a message no subscriber heard: up to unheardTries more
-// PUBLISHes over about 3 s (a resubscription takes a moment), until one
-// reaches a subscriber; at most maxUnheard at a time (a node that is gone
-// for good must not pile them up). A copy heard late is harmless: the
-// receiving node drops a reliable seq it already has, and a message nobody
-// heard was delivered to nobody.
-const (
-	unheardTries = 6
-	maxUnheard   = 4096
-)
-
-func (r *Redis) resendUnheard(channel string, payload []byte) {
-	if r.unheard.Add(1) > maxUnheard {
-		r.unheard.Add(-1)
-		return
-	}
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		r.unheard.Add(-1)
-		return
-	}
-	r.wg.Add(1)
-	r.mu.Unlock()
-	go func() {
-		defer r.wg.Done()
-		defer r.unheard.Add(-1)
-		delay := 100 * time.Millisecond
-		for range unheardTries {
-			if !sleepCtx(r.done, delay) {
-				return
-			}
-			delay = min(2*delay, time.Second)
-			ctx, cancel := context.WithTimeout(r.done, r.opt.OpTimeout)
-			c, err := r.publisher(ctx)
-			var n int64
-			if err == nil {
-				n, err = c.Publish(ctx, channel, payload).Result()
-			}
-			cancel()
-			if err == nil && n > 0 {
-				return
-			}
-		}
-	}()
 }
 
 // Broadcast implements Backend: one PUBLISH to the all-nodes channel.
