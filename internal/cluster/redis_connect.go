@@ -60,6 +60,12 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 			qerr = r.wrap("connect", cmds[i].Err())
 		default:
 			q.res, qerr = decodeConnect(q.since, cmds[i].Val())
+			if qerr == nil && len(q.res.Inbox.Messages) > 0 && r.opt.Replicas > 0 {
+				// What the replay would deliver must survive a failover
+				// (see confirmReplicated); the route is the caller's
+				// to remove when the connect fails.
+				qerr = r.confirmReplicated(ctx, q.route.User)
+			}
 		}
 		q.finish(qerr)
 	}

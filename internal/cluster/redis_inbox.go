@@ -132,16 +132,9 @@ func appendEachUser(ctx context.Context, msgs []InboxAppend, out []AppendOutcome
 // connection to the master of the user's slot, so that WAIT counts the
 // replicas that have this write.
 func (r *Redis) appendAndWait(ctx context.Context, keys []string, args []any) (reply []any, acked int64, err error) {
-	var c *redis.Client
-	switch rc := r.c.(type) {
-	case *redis.Client:
-		c = rc
-	case *redis.ClusterClient:
-		if c, err = rc.MasterForKey(ctx, keys[0]); err != nil {
-			return nil, 0, err
-		}
-	default:
-		return nil, 0, fmt.Errorf("cluster: redis client %T cannot WAIT", r.c)
+	c, err := r.masterFor(ctx, keys[0])
+	if err != nil {
+		return nil, 0, err
 	}
 	run := func(eval bool) (*redis.Cmd, *redis.IntCmd, error) {
 		pipe := c.Pipeline()
@@ -225,6 +218,11 @@ func (r *Redis) ReadInbox(ctx context.Context, user string, since int64, opt Inb
 	}
 	if len(reply) != 4 {
 		return InboxRead{}, fmt.Errorf("cluster: redis read inbox: unexpected reply of %d parts", len(reply))
+	}
+	if members, _ := reply[3].([]any); len(members) > 0 && r.opt.Replicas > 0 {
+		if err := r.confirmReplicated(ctx, user); err != nil {
+			return InboxRead{}, err
+		}
 	}
 	last, _ := reply[0].(int64)
 	acked, _ := reply[1].(int64)
@@ -327,4 +325,43 @@ func (r *Redis) LastSeqs(ctx context.Context, users []string) ([]int64, error) {
 		return nil
 	})
 	return out, err
+}
+
+// masterFor is a client of the master that holds key (for WAIT, which
+// counts the replicas of one connection's writes).
+func (r *Redis) masterFor(ctx context.Context, key string) (*redis.Client, error) {
+	switch rc := r.c.(type) {
+	case *redis.Client:
+		return rc, nil
+	case *redis.ClusterClient:
+		return rc.MasterForKey(ctx, key)
+	}
+	return nil, fmt.Errorf("cluster: redis client %T cannot WAIT", r.c)
+}
+
+// confirmReplicated makes sure that what a read of the user's inbox saw
+// on the master is on RedisOptions.Replicas replicas too, before it is
+// delivered. An append whose WAIT failed (answered 503) is visible on the
+// master at once; had it been delivered and then lost in a failover, its
+// seq would be assigned again on the new master, to another message that
+// the client would take for a duplicate. Replication is one ordered
+// stream per master, so a write made now (to a key of the user's slot)
+// and confirmed by WAIT covers every write the read saw.
+func (r *Redis) confirmReplicated(ctx context.Context, user string) error {
+	key := r.k.confirm(user)
+	c, err := r.masterFor(ctx, key)
+	if err != nil {
+		return r.wrap("confirm read", err)
+	}
+	pipe := c.Pipeline()
+	pipe.Set(ctx, key, 1, 10*time.Second)
+	wait := redis.NewIntCmd(ctx, "wait", r.opt.Replicas, waitTimeout.Milliseconds())
+	_ = pipe.Process(ctx, wait)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return r.wrap("confirm read", err)
+	}
+	if n := wait.Val(); n < int64(r.opt.Replicas) {
+		return fmt.Errorf("%w: inbox read of %s confirmed by %d of %d replicas", ErrNotReplicated, user, n, r.opt.Replicas)
+	}
+	return nil
 }

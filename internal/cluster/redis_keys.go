@@ -43,6 +43,10 @@ func (k redisKeys) ack(user string) string        { return k.user(user, "ack") }
 func (k redisKeys) inbox(user string) string      { return k.user(user, "inbox") }
 func (k redisKeys) userRooms(user string) string  { return k.user(user, "rooms") }
 
+// confirm is written before a WAIT that confirms what a read saw (see
+// Redis.confirmReplicated); it holds nothing of use.
+func (k redisKeys) confirm(user string) string { return k.user(user, "confirm") }
+
 func (k redisKeys) userIdem(user, key string) string { return k.user(user, "idem:"+key) }
 
 func (k redisKeys) idem(key string) string { return "{" + k.p + ":idem:" + key + "}:claim" }

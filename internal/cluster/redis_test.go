@@ -459,3 +459,44 @@ func TestRedisAppendManyOneFails(t *testing.T) {
 		t.Fatalf("single append to bad: %v", err)
 	}
 }
+
+// With Replicas set, what the inbox is read for (a replay, a catch-up) is
+// only handed out once the replicas have it: an append that no replica
+// confirmed (answered 503) is on the master, but would be lost in a
+// failover and its seq given to another message, so neither ReadInbox nor
+// Connect returns it until a replica has it.
+func TestRedisReadsOnlyWhatReplicasConfirmed(t *testing.T) {
+	t.Parallel()
+	set := redistest.Sentinel(t)
+	b := newRedis(t, set.URL(), func(o *cluster.RedisOptions) { o.Replicas = 1 })
+	opt := cluster.InboxOptions{Limit: 100, TTL: time.Hour}
+	if _, err := b.AppendInbox(ctxTimeout(t, 5*time.Second), "rita", []byte("confirmed"), opt); err != nil {
+		t.Fatal(err)
+	}
+	set.Replica.Pause()
+	paused := true
+	t.Cleanup(func() {
+		if paused {
+			set.Replica.Resume()
+		}
+	})
+	if _, err := b.AppendInbox(ctxTimeout(t, 5*time.Second), "rita", []byte("unconfirmed"), opt); !errors.Is(err, cluster.ErrNotReplicated) {
+		t.Fatalf("append with the replica paused: %v, want ErrNotReplicated", err)
+	}
+	if rd, err := b.ReadInbox(ctxTimeout(t, 5*time.Second), "rita", 0, opt); !errors.Is(err, cluster.ErrNotReplicated) {
+		t.Fatalf("read with the replica paused: %+v, %v; want ErrNotReplicated, not the unconfirmed message", rd, err)
+	}
+	route := cluster.Route{User: "rita", ConnID: "c1", Node: "n1", ConnectedAt: time.Now().UnixMilli()}
+	if cr, err := b.Connect(ctxTimeout(t, 5*time.Second), route, time.Minute, 0, opt, cluster.ConnLimit{}); !errors.Is(err, cluster.ErrNotReplicated) {
+		t.Fatalf("connect with the replica paused: %+v, %v; want ErrNotReplicated", cr, err)
+	}
+	set.Replica.Resume()
+	paused = false
+	rd, err := b.ReadInbox(ctxTimeout(t, 10*time.Second), "rita", 0, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rd.Messages) != 2 || string(rd.Messages[1].Payload) != "unconfirmed" {
+		t.Fatalf("read once the replica is back: %+v, want both messages", rd.Messages)
+	}
+}

@@ -126,10 +126,12 @@ func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, er
 			return res, nil
 		}
 		// The first publish with this key is still running: wait for its
-		// answer, within the request's deadline.
+		// answer, within the request's deadline. Without it the outcome is
+		// not known yet: 503, retry with the same key (409 is only for a
+		// key reused with another body).
 		select {
 		case <-ctx.Done():
-			return PublishResult{}, &APIError{Status: http.StatusConflict, Code: "conflict", Message: "a publish with this idempotency_key is still in progress"}
+			return PublishResult{}, &APIError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "a publish with this idempotency_key is still in progress; retry with the same key"}
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
