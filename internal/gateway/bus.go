@@ -307,8 +307,22 @@ func (n *Node) catchUpBehind() {
 	}
 	n.goFunc(func() {
 		defer n.behindRunning.Store(false)
+		delay := 100 * time.Millisecond
 		for n.behindAgain.Swap(false) && n.ctx.Err() == nil {
-			n.catchUpBehindOnce()
+			if err := n.catchUpBehindOnce(); err != nil {
+				// The backend is often just coming back (a resubscription
+				// follows a Redis restart): try again soon, not at the
+				// next safety-net period.
+				n.log.Info("catch-up check failed; retrying", "err", err, "in", delay)
+				n.behindAgain.Store(true)
+				select {
+				case <-time.After(delay):
+				case <-n.ctx.Done():
+				}
+				delay = min(2*delay, 2*time.Second)
+				continue
+			}
+			delay = 100 * time.Millisecond
 		}
 	})
 }
@@ -324,7 +338,7 @@ const catchUpPeriod = 30
 // catchUpBehindOnce reads the last seqs of the local users in one
 // pipelined step per chunk and catches up the connections behind, at most
 // 32 at a time.
-func (n *Node) catchUpBehindOnce() {
+func (n *Node) catchUpBehindOnce() error {
 	byUser := map[string][]*conn{}
 	for _, c := range n.hub.all() {
 		byUser[c.user] = append(byUser[c.user], c)
@@ -346,8 +360,7 @@ func (n *Node) catchUpBehindOnce() {
 		n.observe("last_seqs", start, err)
 		cancel()
 		if err != nil {
-			n.log.Info("catch-up check failed; the next one retries", "err", err)
-			return
+			return err
 		}
 		for i, u := range part {
 			for _, c := range byUser[u] {
@@ -366,4 +379,5 @@ func (n *Node) catchUpBehindOnce() {
 			}
 		}
 	}
+	return nil
 }

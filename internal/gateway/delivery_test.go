@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,6 +297,43 @@ func TestPublisherDeathCatchesUpWithoutALaterMessage(t *testing.T) {
 	reliable(t, pubNode, "orphan", 2) // its bus copy is lost, as if its publisher died
 	close(stop)
 	wg.Wait()
+	var got []int64
+	if code := c.readSeqs(&got, 2); code != 0 {
+		t.Fatalf("read ended with %d after %v", code, got)
+	}
+	checkWhole(t, got, 2)
+}
+
+// flakyLastSeqs fails its first fails calls of LastSeqs, as a backend
+// that is just coming back does.
+type flakyLastSeqs struct {
+	cluster.Backend
+	fails atomic.Int32
+}
+
+func (f *flakyLastSeqs) LastSeqs(ctx context.Context, users []string) ([]int64, error) {
+	if f.fails.Add(-1) >= 0 {
+		return nil, cluster.ErrUnavailable
+	}
+	return f.Backend.LastSeqs(ctx, users)
+}
+
+// A catch-up check that fails (the backend answers the resubscription's
+// check before it is really back) is tried again soon: the lost copy
+// arrives without waiting for the safety net (switched off here).
+func TestFailedCatchUpCheckIsRetried(t *testing.T) {
+	b := cluster.NewMemory()
+	flaky := &flakyLastSeqs{Backend: b}
+	flaky.fails.Store(3)
+	pubNode := startNodeWith(t, b, nil)
+	connNode := startNodeWith(t, flaky, func(c *config.Gateway) { c.NodeID = "t2" })
+	connNode.catchUpEvery.Store(0)
+	connNode.loseBus = func(seq int64) bool { return seq == 2 }
+	c := dialRaw(t, connNode.addr, "retry", "")
+	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
+	reliable(t, pubNode, "retry", 1)
+	reliable(t, pubNode, "retry", 2)
+	connNode.catchUpBehind() // as after a resubscription
 	var got []int64
 	if code := c.readSeqs(&got, 2); code != 0 {
 		t.Fatalf("read ended with %d after %v", code, got)
