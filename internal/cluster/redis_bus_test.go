@@ -21,8 +21,7 @@ func TestRedisBusRepairsAKilledSubscription(t *testing.T) {
 	const prefix = "killsub"
 	b := newRedis(t, s.URL(), func(o *cluster.RedisOptions) { o.Prefix = prefix })
 	var (
-		mu   sync.Mutex
-		got  = map[string]int{}
+		got  tally
 		lost atomic.Int32
 	)
 	if err := b.Subscribe(ctxTimeout(t, time.Minute), "n1", func(m []byte) {
@@ -30,9 +29,7 @@ func TestRedisBusRepairsAKilledSubscription(t *testing.T) {
 			lost.Add(1)
 			return
 		}
-		mu.Lock()
-		got[string(m)]++
-		mu.Unlock()
+		got.add(m)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -67,23 +64,13 @@ func TestRedisBusRepairsAKilledSubscription(t *testing.T) {
 		}
 		return nil
 	})
-	// A marker sent after the resubscription arrives; by then any resend
-	// of the unheard message would have too.
+	// A marker shows the subscription works again.
 	if err := b.Send(ctx, []string{"n1"}, []byte("marker")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the marker arrives", func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if got["marker"] == 0 {
-			return errNotYet
-		}
-		return nil
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if got["unheard"] > 1 || got["marker"] != 1 {
-		t.Fatalf("the unheard message arrived %d times, the marker %d times", got["unheard"], got["marker"])
+	got.waitFor(t, "marker")
+	if n, m := got.count("unheard"), got.count("marker"); n > 1 || m != 1 {
+		t.Fatalf("the unheard message arrived %d times, the marker %d times", n, m)
 	}
 }
 
@@ -97,15 +84,11 @@ func TestRedisBusSubscriberOnAReplicaGetsOneCopy(t *testing.T) {
 	const prefix = "replicasub"
 	pub := newRedis(t, set.Master.URL(), func(o *cluster.RedisOptions) { o.Prefix = prefix })
 	sub := newRedis(t, set.Replica.URL(), func(o *cluster.RedisOptions) { o.Prefix = prefix })
-	var mu sync.Mutex
-	got := map[string]int{}
+	var got tally
 	if err := sub.Subscribe(ctxTimeout(t, time.Minute), "n1", func(m []byte) {
-		if m == nil {
-			return
+		if m != nil {
+			got.add(m)
 		}
-		mu.Lock()
-		got[string(m)]++
-		mu.Unlock()
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +98,7 @@ func TestRedisBusSubscriberOnAReplicaGetsOneCopy(t *testing.T) {
 		if err := pub.Send(ctx, []string{"n1"}, []byte("probe")); err != nil {
 			return err
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if got["probe"] == 0 {
+		if got.count("probe") == 0 {
 			return errNotYet
 		}
 		return nil
@@ -127,29 +108,47 @@ func TestRedisBusSubscriberOnAReplicaGetsOneCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, "the marker arrives", func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if got["marker"] == 0 {
+	got.waitFor(t, "marker")
+	// Absence of a second copy needs a window: a sender that resent what
+	// the master counted unheard did so within about 3 s (seen: 7 copies).
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end) && got.count("once") <= 1; {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := got.count("once"); n != 1 {
+		t.Fatalf("a message published on the master reached the replica's subscriber %d times, want 1", n)
+	}
+}
+
+// tally counts the payloads a subscription received.
+type tally struct {
+	mu  sync.Mutex
+	got map[string]int
+}
+
+func (y *tally) add(m []byte) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	if y.got == nil {
+		y.got = map[string]int{}
+	}
+	y.got[string(m)]++
+}
+
+func (y *tally) count(m string) int {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	return y.got[m]
+}
+
+// waitFor waits until m arrived at least once.
+func (y *tally) waitFor(t *testing.T, m string) {
+	t.Helper()
+	eventually(t, 20*time.Second, m+" arrives", func() error {
+		if y.count(m) == 0 {
 			return errNotYet
 		}
 		return nil
 	})
-	// Absence of a second copy needs a window: a sender that resent what
-	// the master counted unheard did so within about 3 s (seen: 7 copies).
-	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		mu.Lock()
-		n := got["once"]
-		mu.Unlock()
-		if n > 1 {
-			break
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if got["once"] != 1 {
-		t.Fatalf("a message published on the master reached the replica's subscriber %d times, want 1", got["once"])
-	}
 }
 
 var errNotYet = errorString("not yet")

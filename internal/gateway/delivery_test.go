@@ -246,24 +246,53 @@ func TestSubscriberLossIsCaughtUpWithoutALaterMessage(t *testing.T) {
 	checkWhole(t, got, total)
 }
 
+// lostCopy is the setup of the tests of a bus copy that never arrives: a
+// publishing node on pubBackend and a node on connBackend (the same state,
+// perhaps wrapped) that loses the bus copy of seq 2, with its safety-net
+// check every `every` seconds (0: off) and one raw client of user.
+type lostCopy struct {
+	pub, conn *testNode
+	c         *rawConn
+	user      string
+}
+
+func newLostCopy(t *testing.T, pubBackend, connBackend cluster.Backend, every int64, user string) *lostCopy {
+	t.Helper()
+	l := &lostCopy{user: user}
+	l.pub = startNodeWith(t, pubBackend, nil)
+	l.conn = startNodeWith(t, connBackend, func(c *config.Gateway) { c.NodeID = "t2" })
+	l.conn.catchUpEvery.Store(every)
+	l.conn.loseBus = func(seq int64) bool { return seq == 2 }
+	l.c = dialRaw(t, l.conn.addr, user, "")
+	eventually(t, 5*time.Second, "connected", func() bool { return l.conn.hub.count() == 1 })
+	return l
+}
+
+// publish sends seqs 1 and 2 (whose copy is lost).
+func (l *lostCopy) publish(t *testing.T) {
+	t.Helper()
+	reliable(t, l.pub, l.user, 1)
+	reliable(t, l.pub, l.user, 2)
+}
+
+// expectBoth reads until seqs 1 and 2 arrived, in order, once each.
+func (l *lostCopy) expectBoth(t *testing.T) {
+	t.Helper()
+	var got []int64
+	if code := l.c.readSeqs(&got, 2); code != 0 {
+		t.Fatalf("read ended with %d after %v", code, got)
+	}
+	checkWhole(t, got, 2)
+}
+
 // A bus copy lost on the way, with no later message for the user and no
 // reconnect, still arrives: the node checks its connections against their
 // users' last seqs every catchUpPeriod (here shortened to 1 s).
 func TestLostBusCopyArrivesWithoutALaterMessage(t *testing.T) {
 	b := cluster.NewMemory()
-	pubNode := startNodeWith(t, b, nil)
-	connNode := startNodeWith(t, b, func(c *config.Gateway) { c.NodeID = "t2" })
-	connNode.catchUpEvery.Store(1)
-	connNode.loseBus = func(seq int64) bool { return seq == 2 }
-	c := dialRaw(t, connNode.addr, "quiet", "")
-	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
-	reliable(t, pubNode, "quiet", 1)
-	reliable(t, pubNode, "quiet", 2)
-	var got []int64
-	if code := c.readSeqs(&got, 2); code != 0 {
-		t.Fatalf("read ended with %d after %v", code, got)
-	}
-	checkWhole(t, got, 2)
+	l := newLostCopy(t, b, b, 1, "quiet")
+	l.publish(t)
+	l.expectBoth(t)
 }
 
 // A node that dies between a reliable message's append and its bus send
@@ -273,10 +302,7 @@ func TestLostBusCopyArrivesWithoutALaterMessage(t *testing.T) {
 // here).
 func TestPublisherDeathCatchesUpWithoutALaterMessage(t *testing.T) {
 	b := cluster.NewMemory()
-	pubNode := startNodeWith(t, b, nil)
-	connNode := startNodeWith(t, b, func(c *config.Gateway) { c.NodeID = "t2" })
-	connNode.catchUpEvery.Store(0)
-	connNode.loseBus = func(seq int64) bool { return seq == 2 }
+	l := newLostCopy(t, b, b, 0, "orphan")
 	// The node that "dies": its heartbeat kept fresh until both messages
 	// are published, silent from then on.
 	stop := make(chan struct{})
@@ -291,17 +317,10 @@ func TestPublisherDeathCatchesUpWithoutALaterMessage(t *testing.T) {
 			}
 		}
 	})
-	c := dialRaw(t, connNode.addr, "orphan", "")
-	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
-	reliable(t, pubNode, "orphan", 1)
-	reliable(t, pubNode, "orphan", 2) // its bus copy is lost, as if its publisher died
+	l.publish(t) // the copy of seq 2 is lost, as if its publisher died
 	close(stop)
 	wg.Wait()
-	var got []int64
-	if code := c.readSeqs(&got, 2); code != 0 {
-		t.Fatalf("read ended with %d after %v", code, got)
-	}
-	checkWhole(t, got, 2)
+	l.expectBoth(t)
 }
 
 // flakyLastSeqs fails its first fails calls of LastSeqs, as a backend
@@ -325,20 +344,10 @@ func TestFailedCatchUpCheckIsRetried(t *testing.T) {
 	b := cluster.NewMemory()
 	flaky := &flakyLastSeqs{Backend: b}
 	flaky.fails.Store(3)
-	pubNode := startNodeWith(t, b, nil)
-	connNode := startNodeWith(t, flaky, func(c *config.Gateway) { c.NodeID = "t2" })
-	connNode.catchUpEvery.Store(0)
-	connNode.loseBus = func(seq int64) bool { return seq == 2 }
-	c := dialRaw(t, connNode.addr, "retry", "")
-	eventually(t, 5*time.Second, "connected", func() bool { return connNode.hub.count() == 1 })
-	reliable(t, pubNode, "retry", 1)
-	reliable(t, pubNode, "retry", 2)
-	connNode.catchUpBehind() // as after a resubscription
-	var got []int64
-	if code := c.readSeqs(&got, 2); code != 0 {
-		t.Fatalf("read ended with %d after %v", code, got)
-	}
-	checkWhole(t, got, 2)
+	l := newLostCopy(t, b, flaky, 0, "retry")
+	l.publish(t)
+	l.conn.catchUpBehind() // as after a resubscription
+	l.expectBoth(t)
 }
 
 // A client's close is answered with its code when the code is one a peer
