@@ -373,6 +373,22 @@ func (r *rawClient) LastSeq() int64 {
 	return r.maxSeq
 }
 
+// ackedUpTo is the highest seq this client acknowledged on any of its
+// connections.
+func (r *rawClient) ackedUpTo() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var s int64
+	for _, c := range r.conns {
+		for _, e := range c.events {
+			if e.kind == evAck {
+				s = max(s, e.seq)
+			}
+		}
+	}
+	return s
+}
+
 // currentSeq is the highest reliable seq received on the current
 // connection (0 without one).
 func (r *rawClient) currentSeq() int64 {
