@@ -139,8 +139,12 @@ func (n *Node) recoverConnections(lost bool) {
 }
 
 // staleAfter is when a node whose heartbeat stopped is skipped by the
-// allocator and left out of the node list.
+// allocator and left out of the node list, and its routes stop counting.
 func (n *Node) staleAfter() time.Duration { return 3 * n.cfg.HeartbeatInterval }
+
+// goneAfter is when a node whose heartbeat stopped is gone for good: its
+// record, room interest and routes are removed.
+func (n *Node) goneAfter() time.Duration { return max(n.cfg.RouteTTL, 10*n.cfg.HeartbeatInterval) }
 
 // cleanupDeadNodes removes the records of nodes silent for longer than the
 // route TTL (their routes have expired by then).
@@ -149,7 +153,7 @@ func (n *Node) cleanupDeadNodes(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	limit := max(n.cfg.RouteTTL, 10*n.cfg.HeartbeatInterval).Milliseconds()
+	limit := n.goneAfter().Milliseconds()
 	now := time.Now().UnixMilli()
 	stale := map[string]bool{}
 	newlyStale := false

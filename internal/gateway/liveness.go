@@ -47,20 +47,17 @@ func (l *liveBackend) UsersRoutes(ctx context.Context, users []string) ([][]clus
 	return all, err
 }
 
-// AppendInbox implements cluster.Backend.
-func (l *liveBackend) AppendInbox(ctx context.Context, user string, payload []byte, opt cluster.InboxOptions) (cluster.AppendResult, error) {
-	res, err := l.Backend.AppendInbox(ctx, user, payload, opt)
-	res.Routes = l.live(res.Routes)
-	return res, err
+// allUserRoutes and allUsersRoutes are the routes without the liveness
+// filter: a message goes to every route's node (a node that is only late
+// with its heartbeat, after a Redis blip, still gets it; a dead node's
+// channel has no listener), while what counts (online, presence, limits)
+// is the live ones. The routes of an inbox append are unfiltered too.
+func (l *liveBackend) allUserRoutes(ctx context.Context, user string) ([]cluster.Route, error) {
+	return l.Backend.UserRoutes(ctx, user)
 }
 
-// AppendInboxes implements cluster.Backend.
-func (l *liveBackend) AppendInboxes(ctx context.Context, msgs []cluster.InboxAppend, opt cluster.InboxOptions) []cluster.AppendOutcome {
-	out := l.Backend.AppendInboxes(ctx, msgs, opt)
-	for i := range out {
-		out[i].Routes = l.live(out[i].Routes)
-	}
-	return out
+func (l *liveBackend) allUsersRoutes(ctx context.Context, users []string) ([][]cluster.Route, error) {
+	return l.Backend.UsersRoutes(ctx, users)
 }
 
 // Connect implements cluster.Backend: the connection limit does not count
@@ -113,7 +110,11 @@ func (l *liveBackend) Nodes(ctx context.Context) ([]cluster.NodeInfo, error) {
 func (l *liveBackend) live(routes []cluster.Route) []cluster.Route {
 	var out []cluster.Route
 	for i, r := range routes {
-		if !l.dead(r) {
+		dead, gone := l.dead(r)
+		if gone {
+			l.n.removeRoute(r)
+		}
+		if !dead {
 			if out != nil {
 				out = append(out, r)
 			}
@@ -122,7 +123,6 @@ func (l *liveBackend) live(routes []cluster.Route) []cluster.Route {
 		if out == nil {
 			out = append(make([]cluster.Route, 0, len(routes)), routes[:i]...)
 		}
-		l.n.removeRoute(r)
 	}
 	if out == nil {
 		return routes
@@ -130,28 +130,37 @@ func (l *liveBackend) live(routes []cluster.Route) []cluster.Route {
 	return out
 }
 
-func (l *liveBackend) dead(r cluster.Route) bool {
+// dead reports whether r is on a dead node (it does not count), and gone
+// whether that node is gone for good, so that the route is removed: its
+// heartbeat is older than the age at which survivors remove its record
+// (goneAfter), or its record is absent from a list read after the route
+// was made. A node whose heartbeat is only a few intervals late (every
+// node's is, just after a Redis restart) does not count meanwhile, but
+// keeps its routes: it is probably coming back.
+func (l *liveBackend) dead(r cluster.Route) (dead, gone bool) {
 	if r.Node == l.n.cfg.NodeID {
-		return false
+		return false, false
 	}
 	interval := l.n.cfg.HeartbeatInterval
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var dead bool
 	hb, known := l.beats[r.Node]
 	if known {
-		dead = now.UnixMilli()-hb > l.n.staleAfter().Milliseconds()
+		age := now.UnixMilli() - hb
+		dead = age > l.n.staleAfter().Milliseconds()
+		gone = age > l.n.goneAfter().Milliseconds()
 	} else {
 		// Absent from a list read after the route was made: a node
 		// registers before it takes connections, so the node is gone.
 		dead = !l.read.IsZero() && r.ConnectedAt < l.read.Add(-interval).UnixMilli()
+		gone = dead
 	}
 	if (dead || !known) && now.Sub(l.read) >= interval {
 		l.refreshLocked(now)
-		return false
+		return false, false
 	}
-	return dead
+	return dead, gone
 }
 
 // refreshLocked reads the node list again in the background, at most once

@@ -32,8 +32,10 @@ func (n *testNode) tryDial(t *testing.T, user string) bool {
 
 // Routes of a dead node (heartbeat older than three intervals, or its
 // record gone) count nowhere: presence, publish's online and the per-user
-// limit leave them out, and a survivor removes them. A live node's routes
-// still count.
+// limit leave them out; a survivor removes them once the node is gone for
+// good (silent for goneAfter, or its record gone). A node only a few
+// intervals late keeps its routes (every node is, just after a Redis
+// restart). A live node's routes still count.
 func TestDeadNodesRoutesDoNotCount(t *testing.T) {
 	mem := cluster.NewMemory()
 	n := startNodeWith(t, mem, func(c *config.Gateway) { c.MaxConnsPerUser = 1 })
@@ -45,7 +47,9 @@ func TestDeadNodesRoutesDoNotCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(mem.RegisterNode(ctx, cluster.NodeInfo{ID: "dead", Status: cluster.StatusActive, Heartbeat: time.Now().Add(-10 * n.cfg.HeartbeatInterval).UnixMilli()}))
+	must(mem.RegisterNode(ctx, cluster.NodeInfo{ID: "dead", Status: cluster.StatusActive, Heartbeat: time.Now().Add(-2 * n.goneAfter()).UnixMilli()}))
+	// Late by a few intervals: dead for counting, not gone.
+	must(mem.RegisterNode(ctx, cluster.NodeInfo{ID: "late", Status: cluster.StatusActive, Heartbeat: time.Now().Add(-5 * n.cfg.HeartbeatInterval).UnixMilli()}))
 	// A live node: registered before it has a route (as a node registers
 	// before it takes connections), its heartbeat kept fresh by the test.
 	must(mem.RegisterNode(ctx, cluster.NodeInfo{ID: "alive", Status: cluster.StatusActive}))
@@ -66,6 +70,7 @@ func TestDeadNodesRoutesDoNotCount(t *testing.T) {
 		{User: "d1", ConnID: "x1", Node: "dead", ConnectedAt: old},
 		{User: "d2", ConnID: "x2", Node: "gone", ConnectedAt: old}, // no record at all
 		{User: "l1", ConnID: "x3", Node: "alive", ConnectedAt: time.Now().UnixMilli()},
+		{User: "z1", ConnID: "x5", Node: "late", ConnectedAt: old},
 	}, time.Hour))
 
 	online := func(user string) bool {
@@ -94,6 +99,14 @@ func TestDeadNodesRoutesDoNotCount(t *testing.T) {
 	must(mem.AddRoutes(ctx, []cluster.Route{{User: "d3", ConnID: "x4", Node: "dead", ConnectedAt: old}}, time.Hour))
 	if res := pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "d3"}, Event: "e", Reliable: true}); *res.Online {
 		t.Fatal("reliable publish online=true for a user whose only route is on a dead node")
+	}
+	eventually(t, 10*time.Second, "z1 (only on a late node) offline", func() bool { return !online("z1") })
+	// Kept: the absence of a removal needs a window (a removal is queued
+	// at once and takes a backend call).
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if routes, err := mem.UserRoutes(ctx, "z1"); err != nil || len(routes) != 1 {
+			t.Fatalf("the route of a node a few heartbeats late: %v %v, want it kept", routes, err)
+		}
 	}
 	if !online("l1") {
 		t.Fatal("the route of a live node does not count")

@@ -68,6 +68,7 @@ type Node struct {
 	behindAgain   atomic.Bool     // and must run once more
 
 	loseBus      func(seq int64) bool // tests only: true loses the bus message of that seq
+	lb           *liveBackend         // the backend as n.backend, with what only it does
 	catchUpEvery atomic.Int64         // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
 
 	startedAt time.Time
@@ -120,7 +121,8 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	}
 	n.hub = newHub(n)
 	n.catchUpEvery.Store(catchUpPeriod)
-	n.backend = &liveBackend{Backend: backend, n: n} // routes of dead nodes left out
+	n.lb = &liveBackend{Backend: backend, n: n}
+	n.backend = n.lb // routes of dead nodes left out
 	if pc, ok := backend.(interface{ PoolConns() int }); ok {
 		// Descriptors held for the backend, so that a leak check can
 		// tell them from client sockets (a second node on the same

@@ -202,13 +202,16 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 		} else {
 			start := time.Now()
 			var err error
-			routes, err = n.backend.UserRoutes(ctx, r.Target.ID)
+			routes, err = n.lb.allUserRoutes(ctx, r.Target.ID)
 			n.observe("route", start, err)
 			if err != nil {
 				return PublishResult{}, unavailable("routes", err)
 			}
 		}
-		online := len(routes) > 0
+		// Delivered to every route's node (one that is only late with its
+		// heartbeat still gets it; a dead one's channel has no listener),
+		// counted as online only for the live ones.
+		online := len(n.lb.live(routes)) > 0
 		res.Online = &online
 		nodes := routeNodes(routes)
 		n.route(ctx, nodes, &msg, cl, now)
@@ -286,6 +289,7 @@ type bulkMsg struct {
 	cl    class
 	msg   protocol.Message
 	nodes []string // where the user's connections are
+	live  bool     // one of them is on a live node (answered online)
 	res   *any     // where its answer goes
 	ok    bool     // stored (reliable) or routed: it is answered and delivered
 	body  []byte   // the message as delivered (once answered and online)
@@ -329,7 +333,7 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 	if len(users) > 0 {
 		wg.Go(func() {
 			start := time.Now()
-			all, err := n.backend.UsersRoutes(ctx, users)
+			all, err := n.lb.allUsersRoutes(ctx, users)
 			n.observe("route", start, err)
 			for _, k := range plainAt {
 				m := &ms[k]
@@ -337,7 +341,8 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 					*m.res = map[string]protocol.ErrorBody{"error": errorBody(unavailable("routes", err))}
 					continue
 				}
-				m.nodes, m.ok = routeNodes(all[userAt[m.req.Target.ID]]), true
+				routes := all[userAt[m.req.Target.ID]]
+				m.nodes, m.live, m.ok = routeNodes(routes), len(n.lb.live(routes)) > 0, true
 			}
 		})
 	}
@@ -353,7 +358,7 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 				continue
 			}
 			m.msg.Seq = o.Seq
-			m.nodes, m.ok = routeNodes(o.Routes), true
+			m.nodes, m.live, m.ok = routeNodes(o.Routes), len(n.lb.live(o.Routes)) > 0, true
 		}
 		n.observe("publish", start, firstErr)
 	}
@@ -368,9 +373,9 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 		if !m.ok {
 			continue
 		}
-		online := len(m.nodes) > 0
+		online := m.live
 		*m.res = PublishResult{ID: m.msg.ID, Seq: m.msg.Seq, Online: &online}
-		if !online {
+		if len(m.nodes) == 0 {
 			continue
 		}
 		m.body = protocol.AppendMessageJSON(make([]byte, 0, msgSize(&m.msg)), &m.msg)
