@@ -332,6 +332,9 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
 		return // gobwas has answered 400
 	}
+	// The server's read deadline (a request arrives whole within 10 s)
+	// must not end the connection.
+	_ = netConn.SetDeadline(time.Time{})
 	var initial []byte
 	if rw != nil && rw.Reader.Buffered() > 0 {
 		initial, _ = rw.Reader.Peek(rw.Reader.Buffered())

@@ -174,8 +174,11 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	}
 	n.mux = n.routes()
 	n.srv = &http.Server{
-		Handler:           n.mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: n.mux,
+		// Contract §2: a request arrives whole (headers and body) within
+		// 10 s, else the connection is closed; idle ones go after 120 s.
+		ReadHeaderTimeout: handshakeTimeout,
+		ReadTimeout:       handshakeTimeout,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
