@@ -275,8 +275,8 @@ func (h *hsConn) readLocked(buf []byte) {
 			if finished {
 				return
 			}
-			if len(rest) > maxRequestHeader {
-				h.refuseLocked(refuseWith(http.StatusRequestHeaderFieldsTooLarge, "bad_request", "request headers larger than 16 KiB"))
+			if len(rest) > maxRequestHeader { // a PROXY header that never ends
+				h.refuseLocked(tooLarge())
 				return
 			}
 			h.buf = append(h.buf[:0:0], rest...) // a copy: data may be the loop's buffer
@@ -314,8 +314,22 @@ func (h *hsConn) consumeLocked(data []byte) (rest []byte, finished bool) {
 		}
 		data = data[k:]
 	}
-	if end := bytes.Index(data, headerEnd); end >= 0 {
-		h.finishLocked(data[:end+4], data[end+4:])
+	end := bytes.Index(data, headerEnd)
+	head := data
+	if end >= 0 {
+		head = data[:end+4]
+	}
+	switch {
+	case bareLF(head) >= 0:
+		// net/http would take it; a client that sends it may wait for
+		// the CRLF CRLF that never comes.
+		h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", errBareLF.Error()))
+		return nil, true
+	case len(head) > maxRequestHeader:
+		h.refuseLocked(tooLarge())
+		return nil, true
+	case end >= 0:
+		h.finishLocked(head, data[end+4:])
 		return nil, true
 	}
 	return data, false
@@ -330,6 +344,16 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 		return
 	}
 	n := h.a.n
+	u, err := scanHead(req)
+	if err == nil {
+		if p := u.problem(); p != "" {
+			err = errors.New(p)
+		}
+	}
+	if err != nil {
+		h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", err.Error()))
+		return
+	}
 	r, resp, err := parseUpgrade(req)
 	if err != nil {
 		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
@@ -524,6 +548,10 @@ func (c *prefixConn) SyscallConn() (syscall.RawConn, error) {
 		return nil, fmt.Errorf("%T has no descriptor", c.Conn)
 	}
 	return sc.SyscallConn()
+}
+
+func tooLarge() *refusal {
+	return refuseWith(http.StatusRequestHeaderFieldsTooLarge, "bad_request", "request headers larger than 16 KiB")
 }
 
 // response is the whole HTTP answer of a refusal.

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -54,4 +56,44 @@ func TestSlowRequestBodyIsClosed(t *testing.T) {
 	}
 	c.send(map[string]any{"type": "ping"})
 	c.expect("pong")
+}
+
+// Contract §3: the own accept path parses the request strictly.
+func TestUpgradeRequestIsParsedStrictly(t *testing.T) {
+	n := startNode(t, nil)
+	good := upgradeRequest(t, "strict", "")
+	with := func(extra string) string { return strings.Replace(good, "\r\n\r\n", "\r\n"+extra+"\r\n\r\n", 1) }
+	key := "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="
+	cases := []struct {
+		what, req string
+		want      int
+	}{
+		{"a good request", good, 101},
+		{"two Host headers", with("Host: y"), 400},
+		{"two Origin headers", with("Origin: http://x\r\nOrigin: http://evil"), 400},
+		{"two keys", with(key), 400},
+		{"a key of 18 bytes", strings.Replace(good, "dGhlIHNhbXBsZSBub25jZQ==", "AAAAAAAAAAAAAAAAAAAAAAAA", 1), 400},
+		{"a key that is not base64", strings.Replace(good, "dGhlIHNhbXBsZSBub25jZQ==", "!!!!!!!!!!!!!!!!!!!!!!!!", 1), 400},
+		{"a body", with("Content-Length: 5") + "hello", 400},
+		{"Transfer-Encoding", with("Transfer-Encoding: chunked") + "0\r\n\r\n", 400},
+		{"60 KiB of headers in one write", with("X-Filler: " + strings.Repeat("a", 60<<10)), 431},
+		{"bare LF line ends", strings.ReplaceAll(good, "\r\n", "\n"), 400},
+	}
+	for _, tc := range cases {
+		c, br := rawDial(t, n.addr)
+		c.SetDeadline(time.Now().Add(5 * time.Second)) // the handshake deadline is 10 s
+		io.WriteString(c, tc.req)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Errorf("%s: %v", tc.what, err)
+			continue
+		}
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.what, resp.StatusCode, tc.want)
+		}
+		c.Close()
+	}
+	if got := n.accepted.Load(); got != 1 {
+		t.Fatalf("%d connections accepted, want the good one only", got)
+	}
 }

@@ -310,6 +310,10 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
 		return
 	}
+	if p := headOf(r).problem(); p != "" {
+		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", p))
+		return
+	}
 	if !n.startHandshake() {
 		n.refuse(w, shuttingDown())
 		return
