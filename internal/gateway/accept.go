@@ -248,9 +248,10 @@ type hsConn struct {
 
 	mu    sync.Mutex
 	tok   netpoll.Token
-	buf   []byte // a request split over several reads
-	done  bool   // judged, handed on or closed: events are ignored
-	proxy bool   // a trusted proxy's socket: a PROXY header may come first
+	buf   []byte     // a request split over several reads
+	done  bool       // judged, handed on or closed: events are ignored
+	proxy bool       // a trusted proxy's socket: a PROXY header may come first
+	src   netip.Addr // the client's address from a PROXY header, if one came
 }
 
 var headerEnd = []byte("\r\n\r\n")
@@ -311,6 +312,7 @@ func (h *hsConn) consumeLocked(data []byte) (rest []byte, finished bool) {
 		h.proxy = false
 		if src.IsValid() {
 			h.ip = src.String()
+			h.src = src
 		}
 		data = data[k:]
 	}
@@ -438,7 +440,13 @@ func (h *hsConn) handOffLocked(read []byte) {
 		h.a.n.log.Warn("cannot hand a connection to the HTTP server", "err", err)
 		return
 	}
-	h.a.handOff(&prefixConn{Conn: c, pre: read})
+	pc := &prefixConn{Conn: c, pre: read}
+	if h.src.IsValid() {
+		// The client's address, not the balancer's, for every request
+		// the connection carries.
+		pc.remote = net.TCPAddrFromAddrPort(netip.AddrPortFrom(h.src, 0))
+	}
+	h.a.handOff(pc)
 }
 
 // isWSRequestLine reports whether req starts with "GET /ws " or "GET /ws?".
@@ -528,7 +536,15 @@ func (m *memRW) Write(p []byte) (int, error) {
 // accept path read already.
 type prefixConn struct {
 	net.Conn
-	pre []byte
+	pre    []byte
+	remote net.Addr // from a PROXY header; nil: the socket's peer
+}
+
+func (c *prefixConn) RemoteAddr() net.Addr {
+	if c.remote != nil {
+		return c.remote
+	}
+	return c.Conn.RemoteAddr()
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {

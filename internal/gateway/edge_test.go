@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/config"
 )
 
 // heldUntilClosed sends a request head and never the rest; it returns the
@@ -95,5 +97,51 @@ func TestUpgradeRequestIsParsedStrictly(t *testing.T) {
 	}
 	if got := n.accepted.Load(); got != 1 {
 		t.Fatalf("%d connections accepted, want the good one only", got)
+	}
+}
+
+// Behind a PROXY-protocol balancer the client's address holds for every
+// request of a kept-alive connection: a forged X-Forwarded-For on an
+// upgrade after a first request is not believed.
+func TestProxyAddressHoldsOnAKeptAliveConnection(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) {
+		c.TrustedProxies = []string{"127.0.0.0/8"}
+		c.MaxConnsPerIP = 1
+	})
+	c, br := rawDial(t, n.addr)
+	io.WriteString(c, "PROXY TCP4 203.0.113.7 10.0.0.1 5000 8080\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	req := strings.Replace(upgradeRequest(t, "kept", ""), "\r\n\r\n", "\r\nX-Forwarded-For: 198.51.100.50\r\n\r\n", 1)
+	io.WriteString(c, req)
+	readWelcome(t, br)
+	eventually(t, 5*time.Second, "connection registered", func() bool { return len(n.hub.userConns("kept")) == 1 })
+	// 203.0.113.7's one slot is taken by that connection.
+	if got := handshakeFrom(t, n, "PROXY TCP4 203.0.113.7 10.0.0.1 5001 8080\r\n", "again", ""); got != 429 {
+		t.Fatalf("a second connection from 203.0.113.7: %d, want 429", got)
+	}
+	if got := handshakeFrom(t, n, "PROXY TCP4 198.51.100.50 10.0.0.1 5002 8080\r\n", "forged", ""); got != 101 {
+		t.Fatalf("the forged address's own connection: %d, want 101 (its slot is free)", got)
+	}
+}
+
+// An X-Forwarded-For entry that does not parse is not replaced by the
+// client's X-Real-IP: the connection counts as the trusted hop's.
+func TestUnparsableForwardedForIgnoresXRealIP(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) {
+		c.TrustedProxies = []string{"127.0.0.0/8"}
+		c.MaxConnsPerIP = 1
+	})
+	if got := handshakeFrom(t, n, "", "a", "X-Forwarded-For: nonsense\r\nX-Real-IP: 198.51.100.60"); got != 101 {
+		t.Fatalf("first: %d", got)
+	}
+	if got := handshakeFrom(t, n, "", "b", "X-Real-IP: 198.51.100.60"); got != 101 {
+		t.Fatalf("198.51.100.60 itself: %d, want 101 (the first did not take its slot)", got)
+	}
+	if got := handshakeFrom(t, n, "", "c", "X-Forwarded-For: garbage\r\nX-Real-IP: 198.51.100.61"); got != 429 {
+		t.Fatalf("another unparsable X-Forwarded-For: %d, want 429 (the hop's slot is taken)", got)
 	}
 }
