@@ -109,12 +109,7 @@ func TestProxyAddressHoldsOnAKeptAliveConnection(t *testing.T) {
 		c.MaxConnsPerIP = 1
 	})
 	c, br := rawDial(t, n.addr)
-	io.WriteString(c, "PROXY TCP4 203.0.113.7 10.0.0.1 5000 8080\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("healthz: %v %v", resp, err)
-	}
-	io.Copy(io.Discard, resp.Body)
+	healthz(t, c, br, "PROXY TCP4 203.0.113.7 10.0.0.1 5000 8080\r\n")
 	req := strings.Replace(upgradeRequest(t, "kept", ""), "\r\n\r\n", "\r\nX-Forwarded-For: 198.51.100.50\r\n\r\n", 1)
 	io.WriteString(c, req)
 	readWelcome(t, br)
