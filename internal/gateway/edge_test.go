@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 )
 
@@ -138,5 +139,47 @@ func TestUnparsableForwardedForIgnoresXRealIP(t *testing.T) {
 	}
 	if got := handshakeFrom(t, n, "", "c", "X-Forwarded-For: garbage\r\nX-Real-IP: 198.51.100.61"); got != 429 {
 		t.Fatalf("another unparsable X-Forwarded-For: %d, want 429 (the hop's slot is taken)", got)
+	}
+}
+
+// The API wsgate dev leaves open (no key) answers its own pages only:
+// no foreign Origin, no body that is not JSON (a cross-site form or
+// text/plain POST needs no preflight).
+func TestOpenDevAPIRefusesOtherOriginsAndNonJSONBodies(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) { c.Dev, c.APIKey = true, "" })
+	body := `{"target":{"type":"user","id":"nobody"},"event":"e","data":1}`
+	cases := []struct {
+		what, method, path, origin, ctype, body string
+		want                                    int
+	}{
+		{"a cross-site text/plain POST", "POST", "/api/v1/publish", "http://evil.example", "text/plain", body, 403},
+		{"text/plain without an Origin", "POST", "/api/v1/publish", "", "text/plain", body, 415},
+		{"a form POST", "POST", "/api/v1/publish", "", "application/x-www-form-urlencoded", body, 415},
+		{"a foreign Origin with JSON", "POST", "/api/v1/publish", "http://evil.example", "application/json", body, 403},
+		{"a foreign Origin draining", "POST", "/api/v1/nodes/t1/drain", "http://evil.example", "", "", 403},
+		{"the console's own POST", "POST", "/api/v1/publish", "http://" + n.addr, "application/json", body, 200},
+		{"the console's GET", "GET", "/api/v1/nodes", "http://" + n.addr, "", "", 200},
+		{"a GET without an Origin", "GET", "/api/v1/nodes", "", "", "", 200},
+	}
+	for _, tc := range cases {
+		req, _ := http.NewRequest(tc.method, "http://"+n.addr+tc.path, strings.NewReader(tc.body))
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
+		}
+		if tc.ctype != "" {
+			req.Header.Set("Content-Type", tc.ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.what, resp.StatusCode, tc.want)
+		}
+	}
+	if st := n.status.Load(); st != cluster.StatusActive {
+		t.Fatalf("node status %v after a foreign drain request", st)
 	}
 }
