@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
@@ -182,4 +185,29 @@ func TestOpenDevAPIRefusesOtherOriginsAndNonJSONBodies(t *testing.T) {
 	if st := n.status.Load(); st != cluster.StatusActive {
 		t.Fatalf("node status %v after a foreign drain request", st)
 	}
+}
+
+// Nesting bombs on MessagePack connections are refused as bad frames,
+// and the node keeps answering another client meanwhile.
+func TestMsgpackNestingBombsAreRefusedAndOthersServed(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) { c.MaxMessageBytes = 1 << 20 })
+	bomb := []byte{0x82, 0xa4, 't', 'y', 'p', 'e', 0xa4, 'p', 'i', 'n', 'g', 0xa4, 'd', 'a', 't', 'a'}
+	for range 64 << 10 {
+		bomb = append(bomb, 0x91)
+	}
+	bomb = append(bomb, 0xc0)
+	bystander := n.connect(t, "bystander", "")
+	for i := range 2 {
+		a := n.dial(t, "?format=msgpack", http.Header{"Authorization": {"Bearer " + token(t, fmt.Sprintf("attacker%d", i), nil)}}, false)
+		for range 8 {
+			a.sendRaw(ws.OpBinary, bomb)
+		}
+	}
+	for range 3 {
+		bystander.send(map[string]any{"type": "ping"})
+		bystander.expect("pong")
+	}
+	eventually(t, 30*time.Second, "bombs refused", func() bool {
+		return counterValue(t, n, "wsgate_client_frames_total", "invalid") >= 16
+	})
 }
