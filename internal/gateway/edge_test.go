@@ -211,3 +211,36 @@ func TestMsgpackNestingBombsAreRefusedAndOthersServed(t *testing.T) {
 		return counterValue(t, n, "wsgate_client_frames_total", "invalid") >= 16
 	})
 }
+
+// A frame, or a fragmented message, trickled and never finished holds
+// heap: the connection is closed with 1008 once it is 10 s old.
+func TestUnfinishedFramesAreClosedWith1008(t *testing.T) {
+	n := startNode(t, nil)
+	bystander := n.connect(t, "bystander", "")
+	half := n.connect(t, "half", "")
+	half.wmu.Lock()
+	ws.WriteHeader(half.conn, ws.Header{Fin: true, OpCode: ws.OpText, Length: 100, Masked: true})
+	half.conn.Write(make([]byte, 10))
+	half.wmu.Unlock()
+	frag := n.connect(t, "frag", "")
+	frag.wmu.Lock()
+	ws.WriteFrame(frag.conn, ws.MaskFrame(ws.NewFrame(ws.OpText, false, []byte(`{"type":`))))
+	frag.wmu.Unlock()
+	for range 3 {
+		bystander.send(map[string]any{"type": "ping"})
+		bystander.expect("pong")
+	}
+	if code := half.waitClosed(60 * time.Second); code != 1008 {
+		t.Errorf("half a frame: close %d, want 1008", code)
+	}
+	if code := frag.waitClosed(60 * time.Second); code != 1008 {
+		t.Errorf("a message never finished: close %d, want 1008", code)
+	}
+	bystander.send(map[string]any{"type": "ping"})
+	bystander.expect("pong")
+	eventually(t, 10*time.Second, "closed connections forgotten", func() bool {
+		left := 0
+		n.partial.Range(func(any, any) bool { left++; return true })
+		return left == 0
+	})
+}

@@ -97,6 +97,7 @@ type Node struct {
 	mux      *http.ServeMux
 	srv      *http.Server
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
+	partial  sync.Map                 // *conn -> Unix s its unfinished frame or message began (reader.go)
 }
 
 // New builds a node from a validated configuration; backend is the
