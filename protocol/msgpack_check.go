@@ -5,46 +5,89 @@ import (
 	"errors"
 )
 
-// errMsgpackLength: a declared length or count runs past the input.
-var errMsgpackLength = errors.New("a declared length runs past the end of the frame")
+// Limits of a MessagePack value, checked before anything is decoded.
+const (
+	// MaxMsgpackDepth bounds the nesting of arrays and maps in a frame
+	// (the frame's own map is the first level).
+	MaxMsgpackDepth = 64
+	// MaxMsgpackElements bounds the values in a frame, all levels counted.
+	MaxMsgpackElements = 1 << 16
+)
+
+var (
+	// errMsgpackLength: a declared length or count runs past the input.
+	errMsgpackLength   = errors.New("a declared length runs past the end of the frame")
+	errMsgpackDepth    = errors.New("nested more than 64 levels deep")
+	errMsgpackElements = errors.New("more than 65536 values")
+)
 
 // checkMsgpack walks the first MessagePack object of b and refuses it
 // when a string, binary, extension, array or map declares more than the
-// bytes left. The decoder allocates what a header declares (up to 1 MiB
-// per value) before it notices the input is short: without this check a
-// 12-byte frame costs the node a megabyte.
+// bytes left, or when it nests or counts more than the limits above. The
+// decoder allocates what a header declares (up to 1 MiB per value) before
+// it notices the input is short, and recurses once per level: without
+// this check a 12-byte frame costs the node a megabyte, and 64 KB of
+// nested arrays a 32 MiB stack.
 func checkMsgpack(b []byte) error {
-	pending := 1 // objects still to read
-	for i := 0; pending > 0; pending-- {
+	_, err := skipMsgpack(b, 0)
+	return err
+}
+
+// skipMsgpack is the one walker over MessagePack values: it passes over
+// the value at b[i:] and returns where it ends. It runs in time linear in
+// the bytes it passes, on a fixed stack, without allocating.
+func skipMsgpack(b []byte, i int) (int, error) {
+	// open[d] is how many values are still to read at depth d.
+	var open [MaxMsgpackDepth + 1]int
+	depth, values := 0, 0
+	open[0] = 1
+	for {
+		for open[depth] == 0 {
+			if depth == 0 {
+				return i, nil
+			}
+			depth--
+		}
+		open[depth]--
+		if values++; values > MaxMsgpackElements {
+			return i, errMsgpackElements
+		}
 		if i >= len(b) {
-			return errMsgpackLength
+			return i, errMsgpackLength
 		}
 		c := b[i]
 		i++
-		var size, count int // bytes to skip, objects to add
+		var size, count int // bytes to skip, values contained
+		container := false
 		switch {
 		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3: // fixints, nil, bool
 		case c <= 0x8f: // fixmap
-			count = 2 * int(c&0x0f)
+			count, container = 2*int(c&0x0f), true
 		case c <= 0x9f: // fixarray
-			count = int(c & 0x0f)
+			count, container = int(c&0x0f), true
 		case c <= 0xbf: // fixstr
 			size = int(c & 0x1f)
 		default:
 			var n int
 			var err error
 			if size, count, n, err = msgpackHeader(c, b[i:]); err != nil {
-				return err
+				return i, err
 			}
+			container = c >= 0xdc
 			i += n
 		}
 		if size > len(b)-i || count > len(b)-i {
-			return errMsgpackLength // every object takes at least one byte
+			return i, errMsgpackLength // every value takes at least one byte
 		}
 		i += size
-		pending += count
+		if container && count > 0 {
+			if depth == MaxMsgpackDepth {
+				return i, errMsgpackDepth
+			}
+			depth++
+			open[depth] = count
+		}
 	}
-	return nil
 }
 
 // msgpackHeader decodes the rest of the header of a type byte c from

@@ -73,3 +73,51 @@ func FuzzCheckMsgpack(f *testing.F) {
 		}
 	})
 }
+
+// nestedArrays is a frame whose data is n arrays, one inside the other.
+func nestedArrays(n int) []byte {
+	b := []byte{0x82, 0xa4, 't', 'y', 'p', 'e', 0xa4, 'p', 'i', 'n', 'g', 0xa4, 'd', 'a', 't', 'a'}
+	for range n {
+		b = append(b, 0x91)
+	}
+	return append(b, 0xc0)
+}
+
+func TestCheckMsgpackLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"63 levels inside the frame's map", nestedArrays(MaxMsgpackDepth - 1), nil},
+		{"64 levels inside the frame's map", nestedArrays(MaxMsgpackDepth), errMsgpackDepth},
+		{"a 64 KB nesting bomb", nestedArrays(64 << 10), errMsgpackDepth},
+		{"65536 values", append([]byte{0xdd, 0, 0, 0xff, 0xff}, make([]byte, 0xffff)...), nil},
+		{"65537 values", append([]byte{0xdd, 0, 1, 0, 0}, make([]byte, 0x10000)...), errMsgpackElements},
+	} {
+		if err := checkMsgpack(tc.in); err != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A nesting bomb is refused before the recursive decoder sees it: its
+// cost does not grow with the nesting.
+func TestDecodeClientNestingBombIsRefusedBeforeDecoding(t *testing.T) {
+	bomb := nestedArrays(64 << 10)
+	if _, err := DecodeClient(MsgPack, bomb); err == nil {
+		t.Fatal("decoded a 64 KB nesting bomb")
+	}
+	allocs := testing.AllocsPerRun(5, func() { DecodeClient(MsgPack, bomb) })
+	if allocs > 20 {
+		t.Fatalf("refusing a nesting bomb took %.0f allocations, want a handful", allocs)
+	}
+	p := []byte{0x82, 0xa4, 't', 'y', 'p', 'e', 0xa5, 'e', 'v', 'e', 'n', 't', 0xa4, 'd', 'a', 't', 'a'}
+	for range 64 << 10 {
+		p = append(p, 0x91)
+	}
+	p = append(p, 0xc0)
+	if _, err := PeekServer(MsgPack, p); err == nil {
+		t.Fatal("peeked a server frame nested 64 Ki deep")
+	}
+}

@@ -867,74 +867,9 @@ func (r *mpReader) float() (float64, bool) {
 	return float64(v), ok
 }
 
-// skip passes over one complete value of any type.
+// skip passes over one complete value of any type (see skipMsgpack).
 func (r *mpReader) skip() bool {
-	for pending := 1; pending > 0; pending-- {
-		c, ok := r.byte()
-		if !ok {
-			return false
-		}
-		var size uint64 // bytes of payload to pass
-		switch {
-		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
-		case c >= 0x80 && c <= 0x8f:
-			pending += 2 * int(c&0x0f)
-		case c >= 0x90 && c <= 0x9f:
-			pending += int(c & 0x0f)
-		case c >= 0xa0 && c <= 0xbf:
-			size = uint64(c & 0x1f)
-		case c == 0xc4 || c == 0xd9:
-			size, ok = r.n(1)
-		case c == 0xc5 || c == 0xda:
-			size, ok = r.n(2)
-		case c == 0xc6 || c == 0xdb:
-			size, ok = r.n(4)
-		case c == 0xc7:
-			size, ok = r.n(1)
-			size++
-		case c == 0xc8:
-			size, ok = r.n(2)
-			size++
-		case c == 0xc9:
-			size, ok = r.n(4)
-			size++
-		case c == 0xca:
-			size = 4
-		case c == 0xcb:
-			size = 8
-		case c == 0xcc || c == 0xd0:
-			size = 1
-		case c == 0xcd || c == 0xd1:
-			size = 2
-		case c == 0xce || c == 0xd2:
-			size = 4
-		case c == 0xcf || c == 0xd3:
-			size = 8
-		case c >= 0xd4 && c <= 0xd8: // fixext 1, 2, 4, 8, 16 (+ type byte)
-			size = 1 + 1<<(c-0xd4)
-		case c == 0xdc || c == 0xdd:
-			var n uint64
-			if n, ok = r.n(2 << (c - 0xdc)); ok {
-				if n > uint64(len(r.b)) {
-					return false // each element takes at least a byte
-				}
-				pending += int(n)
-			}
-		case c == 0xde || c == 0xdf:
-			var n uint64
-			if n, ok = r.n(2 << (c - 0xde)); ok {
-				if n > uint64(len(r.b)) {
-					return false
-				}
-				pending += 2 * int(n)
-			}
-		default: // 0xc1: never used
-			return false
-		}
-		if !ok || uint64(len(r.b)-r.i) < size {
-			return false
-		}
-		r.i += int(size)
-	}
-	return true
+	end, err := skipMsgpack(r.b, r.i)
+	r.i = end
+	return err == nil
 }

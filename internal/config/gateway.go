@@ -91,6 +91,10 @@ func NewDevSet(cfg *Gateway) *Set {
 	if err := s.SetDefault("auth-insecure", "true"); err != nil {
 		panic(err)
 	}
+	// Its API is open: loopback only unless --listen says otherwise.
+	if err := s.SetDefault("listen", "127.0.0.1:8080"); err != nil {
+		panic(err)
+	}
 	cfg.Dev = true
 	return s
 }

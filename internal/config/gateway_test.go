@@ -116,6 +116,10 @@ func TestDevDefaults(t *testing.T) {
 	if !c.Dev || !c.AuthInsecure || s.Command != "dev" {
 		t.Fatalf("dev: Dev=%v AuthInsecure=%v", c.Dev, c.AuthInsecure)
 	}
+	// Its API is open: it listens on loopback only unless told.
+	if c.Listen != "127.0.0.1:8080" {
+		t.Fatalf("dev listens on %q, want 127.0.0.1:8080", c.Listen)
+	}
 	c.Finish()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("dev defaults do not validate: %v", err)

@@ -248,9 +248,10 @@ type hsConn struct {
 
 	mu    sync.Mutex
 	tok   netpoll.Token
-	buf   []byte // a request split over several reads
-	done  bool   // judged, handed on or closed: events are ignored
-	proxy bool   // a trusted proxy's socket: a PROXY header may come first
+	buf   []byte     // a request split over several reads
+	done  bool       // judged, handed on or closed: events are ignored
+	proxy bool       // a trusted proxy's socket: a PROXY header may come first
+	src   netip.Addr // the client's address from a PROXY header, if one came
 }
 
 var headerEnd = []byte("\r\n\r\n")
@@ -275,8 +276,8 @@ func (h *hsConn) readLocked(buf []byte) {
 			if finished {
 				return
 			}
-			if len(rest) > maxRequestHeader {
-				h.refuseLocked(refuseWith(http.StatusRequestHeaderFieldsTooLarge, "bad_request", "request headers larger than 16 KiB"))
+			if len(rest) > maxRequestHeader { // a PROXY header that never ends
+				h.refuseLocked(tooLarge())
 				return
 			}
 			h.buf = append(h.buf[:0:0], rest...) // a copy: data may be the loop's buffer
@@ -311,11 +312,26 @@ func (h *hsConn) consumeLocked(data []byte) (rest []byte, finished bool) {
 		h.proxy = false
 		if src.IsValid() {
 			h.ip = src.String()
+			h.src = src
 		}
 		data = data[k:]
 	}
-	if end := bytes.Index(data, headerEnd); end >= 0 {
-		h.finishLocked(data[:end+4], data[end+4:])
+	end := bytes.Index(data, headerEnd)
+	head := data
+	if end >= 0 {
+		head = data[:end+4]
+	}
+	switch {
+	case bareLF(head) >= 0:
+		// net/http would take it; a client that sends it may wait for
+		// the CRLF CRLF that never comes.
+		h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", errBareLF.Error()))
+		return nil, true
+	case len(head) > maxRequestHeader:
+		h.refuseLocked(tooLarge())
+		return nil, true
+	case end >= 0:
+		h.finishLocked(head, data[end+4:])
 		return nil, true
 	}
 	return data, false
@@ -330,6 +346,16 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 		return
 	}
 	n := h.a.n
+	u, err := scanHead(req)
+	if err == nil {
+		if p := u.problem(); p != "" {
+			err = errors.New(p)
+		}
+	}
+	if err != nil {
+		h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", err.Error()))
+		return
+	}
 	r, resp, err := parseUpgrade(req)
 	if err != nil {
 		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
@@ -414,7 +440,13 @@ func (h *hsConn) handOffLocked(read []byte) {
 		h.a.n.log.Warn("cannot hand a connection to the HTTP server", "err", err)
 		return
 	}
-	h.a.handOff(&prefixConn{Conn: c, pre: read})
+	pc := &prefixConn{Conn: c, pre: read}
+	if h.src.IsValid() {
+		// The client's address, not the balancer's, for every request
+		// the connection carries.
+		pc.remote = net.TCPAddrFromAddrPort(netip.AddrPortFrom(h.src, 0))
+	}
+	h.a.handOff(pc)
 }
 
 // isWSRequestLine reports whether req starts with "GET /ws " or "GET /ws?".
@@ -504,7 +536,15 @@ func (m *memRW) Write(p []byte) (int, error) {
 // accept path read already.
 type prefixConn struct {
 	net.Conn
-	pre []byte
+	pre    []byte
+	remote net.Addr // from a PROXY header; nil: the socket's peer
+}
+
+func (c *prefixConn) RemoteAddr() net.Addr {
+	if c.remote != nil {
+		return c.remote
+	}
+	return c.Conn.RemoteAddr()
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {
@@ -524,6 +564,10 @@ func (c *prefixConn) SyscallConn() (syscall.RawConn, error) {
 		return nil, fmt.Errorf("%T has no descriptor", c.Conn)
 	}
 	return sc.SyscallConn()
+}
+
+func tooLarge() *refusal {
+	return refuseWith(http.StatusRequestHeaderFieldsTooLarge, "bad_request", "request headers larger than 16 KiB")
 }
 
 // response is the whole HTTP answer of a refusal.

@@ -84,12 +84,7 @@ func TestOtherRequestsReachHTTPWithTheBytesReadAlready(t *testing.T) {
 func TestUpgradeOnAKeptAliveHTTPConnection(t *testing.T) {
 	n := startNode(t, nil)
 	c, br := rawDial(t, n.addr)
-	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("healthz: %v %v", resp, err)
-	}
-	io.Copy(io.Discard, resp.Body)
+	healthz(t, c, br, "")
 	// The same connection now upgrades: net/http serves it and the socket
 	// still moves into the event loop.
 	io.WriteString(c, upgradeRequest(t, "kept", ""))
@@ -276,4 +271,15 @@ func acceptorOf(t *testing.T, n *testNode) *acceptor {
 	t.Helper()
 	eventually(t, 5*time.Second, "accept path ready", func() bool { return n.acceptor.Load() != nil })
 	return n.acceptor.Load()
+}
+
+// healthz sends prefix and GET /healthz on c and reads the 200 answer.
+func healthz(t *testing.T, c net.Conn, br *bufio.Reader, prefix string) {
+	t.Helper()
+	io.WriteString(c, prefix+"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/allocator"
+	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/protocol"
 	"github.com/wsgate/wsgate/web"
@@ -68,6 +70,10 @@ func (n *Node) apiHandler(h func(http.ResponseWriter, *http.Request) error) http
 			writeError(w, http.StatusUnauthorized, "unauthorized", err.Error())
 			return
 		}
+		if ae := n.checkOpenAPI(r); ae != nil {
+			writeError(w, ae.Status, ae.Code, ae.Message)
+			return
+		}
 		// 4.5 s of work, so that the answer (503 at worst) leaves within
 		// the contract's 5 s.
 		ctx, cancel := context.WithTimeout(r.Context(), 4500*time.Millisecond)
@@ -106,6 +112,28 @@ func (n *Node) checkKey(r *http.Request) error {
 	}
 	return nil
 }
+
+// checkOpenAPI guards the API that wsgate dev leaves open (no key): a
+// web page the developer visits must not drive it. A request from a
+// foreign Origin is refused, and so is a body that is not JSON (a
+// cross-site form or text/plain POST, which needs no preflight).
+func (n *Node) checkOpenAPI(r *http.Request) *APIError {
+	if n.cfg.APIKey != "" || !n.cfg.Dev {
+		return nil
+	}
+	if o := r.Header.Values("Origin"); len(o) > 1 || !sameHostOnly.AllowOrigin(r.Header.Get("Origin"), r.Host) {
+		return &APIError{Status: http.StatusForbidden, Code: "origin_forbidden", Message: "the dev API answers its own pages only"}
+	}
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			return &APIError{Status: http.StatusUnsupportedMediaType, Code: "bad_request", Message: "the dev API takes Content-Type: application/json bodies only"}
+		}
+	}
+	return nil
+}
+
+// sameHostOnly is the Origin policy of the open dev API.
+var sameHostOnly = auth.NewOriginPolicy(nil)
 
 // readBody reads a JSON body of at most 1 MiB.
 func readBody(r *http.Request) ([]byte, error) {

@@ -138,20 +138,25 @@ func (n *Node) trustedAddr(a netip.Addr) bool {
 
 // clientIP is the address the per-IP limits and logs use: the peer's, or
 // for a trusted proxy the rightmost X-Forwarded-For entry that is not one
-// of our proxies, else X-Real-IP.
+// of our proxies; X-Real-IP only when there is no X-Forwarded-For. An
+// entry that does not parse ends the walk at the last hop we trust: what
+// lies left of it is the client's to forge.
 func (n *Node) clientIP(req *wsRequest) string {
 	if !n.trustedPeer(req.ip) {
 		return req.ip
 	}
-	parts := strings.Split(req.xff, ",")
-	for i := len(parts) - 1; i >= 0 && req.xff != ""; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(parts[i]))
-		if err != nil {
-			break
+	if req.xff != "" {
+		parts := strings.Split(req.xff, ",")
+		for i := len(parts) - 1; i >= 0; i-- {
+			a, err := netip.ParseAddr(strings.TrimSpace(parts[i]))
+			if err != nil {
+				break
+			}
+			if a = a.Unmap(); !n.trustedAddr(a) {
+				return a.String()
+			}
 		}
-		if a = a.Unmap(); !n.trustedAddr(a) {
-			return a.String()
-		}
+		return req.ip
 	}
 	if a, err := netip.ParseAddr(strings.TrimSpace(req.realIP)); err == nil {
 		return a.Unmap().String()
@@ -310,6 +315,10 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
 		return
 	}
+	if p := headOf(r).problem(); p != "" {
+		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", p))
+		return
+	}
 	if !n.startHandshake() {
 		n.refuse(w, shuttingDown())
 		return
@@ -332,6 +341,9 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
 		return // gobwas has answered 400
 	}
+	// The server's read deadline (a request arrives whole within 10 s)
+	// must not end the connection.
+	_ = netConn.SetDeadline(time.Time{})
 	var initial []byte
 	if rw != nil && rw.Reader.Buffered() > 0 {
 		initial, _ = rw.Reader.Peek(rw.Reader.Buffered())

@@ -98,6 +98,7 @@ type Node struct {
 	mux      *http.ServeMux
 	srv      *http.Server
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
+	partial  sync.Map                 // *conn -> Unix s its unfinished frame or message began (reader.go)
 }
 
 // New builds a node from a validated configuration; backend is the
@@ -176,10 +177,13 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	}
 	n.mux = n.routes()
 	n.srv = &http.Server{
-		Handler:           n.mux,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: n.mux,
+		// Contract §2: a request arrives whole (headers and body) within
+		// 10 s, else the connection is closed; idle ones go after 120 s.
+		ReadHeaderTimeout: handshakeTimeout,
+		ReadTimeout:       handshakeTimeout,
 		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    maxRequestHeader,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
 	return n, nil

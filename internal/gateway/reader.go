@@ -58,6 +58,15 @@ func (c *conn) feed(b []byte) {
 // consume parses every complete frame in data (plus what was left from
 // before). It returns false once the connection is finished.
 func (c *conn) consume(data []byte) bool {
+	was := c.holdsPartial()
+	defer func() {
+		// Only the transitions touch the node's map (see expirePartial).
+		if is := c.holdsPartial(); is && !was {
+			c.n.partial.Store(c, time.Now().Unix())
+		} else if was && !is {
+			c.n.partial.Delete(c)
+		}
+	}()
 	if len(c.rbuf) > 0 {
 		c.rbuf = append(c.rbuf, data...)
 		data = c.rbuf
@@ -103,6 +112,34 @@ func (c *conn) consume(data []byte) bool {
 		c.rbuf = c.rbuf[:copy(c.rbuf, data)]
 	}
 	return true
+}
+
+// partialFrameTimeout bounds how long a client may take to send a frame
+// (or a fragmented message) once its first byte has come: trickled
+// frames would otherwise hold up to the message limit of heap per
+// connection for ever.
+const partialFrameTimeout = 10 * time.Second
+
+// holdsPartial reports whether the reader keeps an unfinished frame or
+// message (reader only).
+func (c *conn) holdsPartial() bool { return len(c.rbuf) > 0 || c.frag != nil }
+
+// expirePartial closes with 1008 the connections whose unfinished frame
+// began partialFrameTimeout ago or more, and forgets the ended ones (the
+// sweep calls it once a second).
+func (n *Node) expirePartial(now int64) {
+	n.partial.Range(func(k, v any) bool {
+		c := k.(*conn)
+		c.mu.Lock()
+		switch {
+		case c.state == stClosed:
+			n.partial.CompareAndDelete(c, v)
+		case c.state < stClosing && now-v.(int64) >= int64(partialFrameTimeout/time.Second):
+			c.closeWithReasonLocked(protocol.ClosePolicy, "a frame not completed within 10 s")
+		}
+		c.mu.Unlock()
+		return true
+	})
 }
 
 // peerCloseAnswer is the close a client's close frame is answered with:

@@ -34,6 +34,7 @@ func (n *Node) sweepLoop() {
 		if a := n.acceptor.Load(); a != nil {
 			a.expire(now)
 		}
+		n.expirePartial(now)
 		for _, c := range n.hub.all() {
 			n.sweepOne(c, now, interval, pongTimeout)
 		}
