@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -66,6 +67,7 @@ type conn struct {
 
 	idSeq  uint64 // the connection id is the node's prefix and this (see connID)
 	user   string
+	device string       // the handshake's device; "" for the default one
 	ip     string       // kept only when WSGATE_MAX_CONNS_PER_IP is set
 	claims *auth.Claims // kept only when the token has rooms or pub claims
 
@@ -177,6 +179,14 @@ func (c *conn) logger() *slog.Logger {
 // connID formats the connection's cluster-unique id (not stored, to keep
 // idle connections small).
 func (c *conn) connID() string { return c.n.formatID(c.idSeq) }
+
+// deviceName is the connection's device as the contract names it.
+func (c *conn) deviceName() string { return cmp.Or(c.device, protocol.DefaultDevice) }
+
+// route is the connection's route record.
+func (c *conn) route() cluster.Route {
+	return cluster.Route{User: c.user, ConnID: c.connID(), Node: c.n.cfg.NodeID, ConnectedAt: c.connectedAt, Device: c.deviceName()}
+}
 
 // ---------------------------------------------------------------------
 // Output: bounded queue, one writer at a time, coalesced writev.

@@ -200,6 +200,7 @@ type admission struct {
 	format   protocol.Format
 	since    int64
 	hasSince bool
+	device   string // "" for the default device
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the
@@ -230,6 +231,17 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 			return a, refuseWith(http.StatusBadRequest, "bad_request", "since must be a non-negative integer, got "+strconv.Quote(s))
 		}
 		a.since, a.hasSince = v, true
+	}
+	if d, ok := req.query["device"]; ok {
+		if len(d) != 1 {
+			return a, refuseWith(http.StatusBadRequest, "bad_request", "device must be given once")
+		}
+		if err := protocol.ValidDevice(d[0]); err != nil {
+			return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
+		}
+		if d[0] != protocol.DefaultDevice {
+			a.device = d[0]
+		}
 	}
 	if a.claims, err = n.authenticate(req); err != nil {
 		return a, refuseWith(http.StatusUnauthorized, "unauthorized", err.Error())
@@ -290,7 +302,7 @@ func (n *Node) connLimit() cluster.ConnLimit {
 func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	now := time.Now()
 	c := &conn{
-		n: n, fd: fd, tlsc: tlsc, format: a.format, idSeq: n.idSeq.Add(1), user: a.claims.Subject,
+		n: n, fd: fd, tlsc: tlsc, format: a.format, idSeq: n.idSeq.Add(1), user: a.claims.Subject, device: a.device,
 		connectedAt: now.UnixMilli(), lastRead: now.Unix(),
 		nextPing: now.Add(n.cfg.PingInterval).Unix(),
 	}
@@ -425,8 +437,12 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	// One backend step: the route is stored, then the user's rooms and
 	// inbox are read (see cluster.Backend.Connect for why in that order).
 	start := time.Now()
-	route := cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, ConnectedAt: c.connectedAt}
-	cr, err := n.backend.Connect(ctx, route, n.cfg.RouteTTL, since, n.inboxOpts(), n.connLimit())
+	// Without since the backend reads from the device's acknowledgement.
+	from := since
+	if !hasSince {
+		from = -1
+	}
+	cr, err := n.backend.Connect(ctx, c.route(), n.cfg.RouteTTL, from, n.inboxOpts(), n.connLimit())
 	n.observe("route", start, err)
 	if errors.Is(err, cluster.ErrConnLimit) {
 		// checkUserLimit let it through, but concurrent handshakes of the
@@ -451,7 +467,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 
 	welcome, _ := protocol.Encode(c.format, protocol.Welcome{
 		Type: protocol.TypeWelcome, ConnID: c.connID(), Node: n.cfg.NodeID, User: c.user,
-		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq,
+		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq, Device: c.deviceName(),
 	})
 	c.mu.Lock()
 	if c.state != stResuming {

@@ -41,7 +41,7 @@ func (c *conn) ack(seq int64) error {
 	ctx, cancel := c.n.bctx(c.n.ctx)
 	defer cancel()
 	start := time.Now()
-	err := c.n.backend.Ack(ctx, c.user, seq)
+	err := c.n.backend.Ack(ctx, c.user, c.device, seq, c.n.inboxOpts())
 	c.n.observe("inbox", start, err)
 	if err != nil {
 		c.logger().Warn("ack failed", "seq", seq, "err", err)
