@@ -18,7 +18,7 @@ import (
 func (n *testNode) connectDevice(t *testing.T, user, device string) *wsClient {
 	t.Helper()
 	c := n.dial(t, "?device="+device, http.Header{"Authorization": {"Bearer " + token(t, user, nil)}}, true)
-	w := c.next(5*time.Second)
+	w := c.next(5 * time.Second)
 	if w["type"] != "welcome" || w["device"] != device {
 		t.Fatalf("first frame %v, want a welcome of device %s", w, device)
 	}

@@ -302,7 +302,7 @@ func (n *Node) connLimit() cluster.ConnLimit {
 func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	now := time.Now()
 	c := &conn{
-		n: n, fd: fd, tlsc: tlsc, format: a.format, idSeq: n.idSeq.Add(1), user: a.claims.Subject, device: a.device,
+		n: n, fd: fd, tlsc: tlsc, format: a.format, idSeq: n.idSeq.Add(1), user: a.claims.Subject,
 		connectedAt: now.UnixMilli(), lastRead: now.Unix(),
 		nextPing: now.Add(n.cfg.PingInterval).Unix(),
 	}
@@ -310,7 +310,13 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 		c.ip = a.ip // the connection releases its IP slot when it ends
 	}
 	if len(a.claims.Rooms) > 0 || len(a.claims.Pub) > 0 {
-		c.claims = a.claims
+		c.meta = &connMeta{claims: a.claims}
+	}
+	if a.device != "" {
+		if c.meta == nil {
+			c.meta = &connMeta{}
+		}
+		c.meta.device = a.device
 	}
 	if !a.claims.ExpiresAt.IsZero() {
 		c.exp = a.claims.ExpiresAt.Unix()
