@@ -238,3 +238,7 @@ func (c *collector) all() []Record {
 	defer c.mu.Unlock()
 	return append([]Record(nil), c.recs...)
 }
+
+func contextWithTimeout(ms int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
+}
