@@ -154,6 +154,10 @@ type connExtra struct {
 	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
 	held []*delivery             // live deliveries held while resuming or catching up, in arrival order
 
+	sendq   []*protocol.ClientFrame // send frames waiting for the sink, in frame order (upstream.go)
+	sending bool                    // a send worker is running
+	rpcs    int                     // rpc calls in flight (rpc.go)
+
 	// Catch-up mode (see catchUp in deliver.go).
 	catchUp  bool                   // a catch-up goroutine is filling the reliable sequence
 	needRead bool                   // a reliable message is missing: read the inbox

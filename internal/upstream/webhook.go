@@ -73,9 +73,12 @@ func (s *webhookSink) postRetrying(ctx context.Context, body []byte) error {
 	defer cancel()
 	backoff := webhookBackoffMin
 	for {
-		err := PostSigned(ctx, s.hc, s.url, s.secret, body, nil)
-		if err == nil {
+		status, _, err := PostSigned(ctx, s.hc, s.url, s.secret, body)
+		if err == nil && status >= 200 && status <= 299 {
 			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("status %d", status)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(2*backoff, webhookBackoffMax)
@@ -90,12 +93,12 @@ func (s *webhookSink) postRetrying(ctx context.Context, body []byte) error {
 }
 
 // PostSigned POSTs a JSON body with its signature header (none when
-// secret is empty). A 2xx answer is success: its body is decoded into out
-// when out is not nil. Another status is an error.
-func PostSigned(ctx context.Context, hc *http.Client, url, secret string, body []byte, out any) error {
+// secret is empty) and returns the answer's status and body (at most
+// 1 MiB).
+func PostSigned(ctx context.Context, hc *http.Client, url, secret string, body []byte) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if secret != "" {
@@ -103,18 +106,11 @@ func PostSigned(ctx context.Context, hc *http.Client, url, secret string, body [
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return fmt.Errorf("status %d", resp.StatusCode)
-	}
-	if out == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return nil
-	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, b, err
 }
 
 func (s *webhookSink) Close() error {
