@@ -34,6 +34,7 @@ type ServerFrame struct {
 	Seq    int64           `json:"seq" msgpack:"seq"`
 	OK     bool            `json:"ok" msgpack:"ok"`
 	Error  *ErrorBody      `json:"error" msgpack:"error"`
+	Result json.RawMessage `json:"result" msgpack:"-"` // rpc reply (JSON connections)
 
 	// gap
 	From   int64 `json:"from" msgpack:"from"`
@@ -147,6 +148,10 @@ func AppendClientJSON(dst []byte, cf *ClientFrame, data json.RawMessage) []byte 
 		dst = append(dst, `,"event":`...)
 		dst = AppendJSONString(dst, cf.Event)
 	}
+	if cf.Method != "" {
+		dst = append(dst, `,"method":`...)
+		dst = AppendJSONString(dst, cf.Method)
+	}
 	if len(data) > 0 {
 		dst = append(dst, `,"data":`...)
 		dst = append(dst, data...)
@@ -174,6 +179,9 @@ func encodeClientMsgpack(cf *ClientFrame, data json.RawMessage) ([]byte, error) 
 	}
 	if cf.Event != "" {
 		obj["event"] = cf.Event
+	}
+	if cf.Method != "" {
+		obj["method"] = cf.Method
 	}
 	if len(data) > 0 {
 		m, err := JSONToMsgpack(data)

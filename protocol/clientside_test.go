@@ -16,6 +16,8 @@ func TestEncodeClientRoundTrip(t *testing.T) {
 		{Type: TypeLeave, ID: "2", Room: "team-\"a\""},
 		{Type: TypePublish, ID: "3", Target: &Target{Type: TargetRoom, ID: "lobby"}, Event: "chat", Data: json.RawMessage(`{"text":"hi","n":12345678901,"f":1.5}`)},
 		{Type: TypePublish, ID: "4", Target: &Target{Type: TargetUser, ID: "bob"}},
+		{Type: TypeSend, ID: "5", Event: "chat", Data: json.RawMessage(`{"text":"hi"}`)},
+		{Type: TypeRPC, ID: "6", Method: "history.get", Data: json.RawMessage(`[1]`)},
 	}
 	for _, f := range []Format{JSON, MsgPack} {
 		for _, cf := range frames {

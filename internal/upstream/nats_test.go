@@ -20,7 +20,7 @@ func TestNATSSink(t *testing.T) {
 			url:      srv.URL() + "?subject=test.up&stream=TESTUP",
 			received: natsConsumerReader(srv.URL(), "TESTUP"),
 			down:     srv.Stop, up: srv.Restart,
-			hang: srv.Pause, release: srv.Resume,
+			hang: srv.Pause, release: srv.Resume, dedups: true,
 		}
 	})
 }

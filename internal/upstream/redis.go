@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,6 +17,7 @@ import (
 const redisMaxLen = 1_000_000
 
 // redisSink appends each record to one Redis stream as its field "record".
+// A record id appended in the last redisDedupWindow is not appended again.
 type redisSink struct {
 	c      redis.UniversalClient
 	stream string
@@ -54,35 +57,54 @@ func openRedis(_ context.Context, u *url.URL, opt Options) (Sink, error) {
 	return &redisSink{c: c, stream: stream}, nil
 }
 
-// Write sends one XADD per record in one pipeline; the stream is one key,
-// so the records land in order.
+// redisDedupWindow is how long the sink remembers the record ids it
+// appended: a record written again within it (a retry after a write that
+// timed out but was executed when Redis came back) is not appended twice.
+const redisDedupWindow = 2 * time.Minute
+
+// scriptAppend: KEYS stream, ids (a sorted set of recent record ids by
+// Redis time); ARGV maxlen, windowMs, then id, json pairs. Each record
+// whose id is not in the set is appended with
+// XADD stream MAXLEN ~ maxlen * record json.
+var scriptAppend = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
+for i = 3, #ARGV, 2 do
+  if redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i]) == 1 then
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'record', ARGV[i + 1])
+  end
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 0
+`)
+
+// idsKey is the sorted set of recent record ids of a stream, in the same
+// Redis Cluster slot as the stream: "{stream}:ids" hashes on the stream's
+// name, unless that name has a hash tag of its own, which then applies.
+func idsKey(stream string) string {
+	if strings.Contains(stream, "{") {
+		return stream + ":ids"
+	}
+	return "{" + stream + "}:ids"
+}
+
+// Write appends the records in one script call (one stream key, so they
+// land in order), skipping those appended in the last redisDedupWindow.
 func (s *redisSink) Write(ctx context.Context, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	cmds, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range recs {
-			b, err := json.Marshal(&recs[i])
-			if err != nil {
-				return err
-			}
-			p.XAdd(ctx, &redis.XAddArgs{
-				Stream: s.stream,
-				MaxLen: redisMaxLen,
-				Approx: true,
-				Values: []any{"record", b},
-			})
+	args := make([]any, 0, 2+2*len(recs))
+	args = append(args, redisMaxLen, redisDedupWindow.Milliseconds())
+	for i := range recs {
+		b, err := json.Marshal(&recs[i])
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	if err == nil {
-		for _, c := range cmds {
-			if err = c.Err(); err != nil {
-				break
-			}
-		}
+		args = append(args, recs[i].ID, b)
 	}
-	if err != nil {
+	if err := scriptAppend.Run(ctx, s.c, []string{s.stream, idsKey(s.stream)}, args...).Err(); err != nil && err != redis.Nil {
 		return fmt.Errorf("upstream redis: %w", ctxErr(ctx, err))
 	}
 	return nil

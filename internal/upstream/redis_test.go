@@ -18,7 +18,7 @@ func TestRedisSink(t *testing.T) {
 			url:      srv.URL() + "?stream=test:up",
 			received: redisGroupReader(srv.Client(), "test:up"),
 			down:     srv.Pause, up: srv.Resume,
-			hang: srv.Pause, release: srv.Resume,
+			hang: srv.Pause, release: srv.Resume, dedups: true,
 		}
 	})
 }
