@@ -119,3 +119,20 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+func TestEncodeReplyResult(t *testing.T) {
+	r := &Reply{Type: TypeReply, ID: "7", OK: true, Result: json.RawMessage(`{"a":[1,"x"],"b":null}`)}
+	for _, f := range []Format{JSON, MsgPack} {
+		b, err := EncodeReply(f, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sf, err := DecodeServer(f, b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if sf.ID != "7" || !sf.OK || string(sf.Result) != `{"a":[1,"x"],"b":null}` {
+			t.Fatalf("%s: decoded %+v result %s", f, sf, sf.Result)
+		}
+	}
+}
