@@ -153,7 +153,7 @@ type fragment struct {
 // connMeta is what only some connections need from their handshake: set
 // once before the connection is shared, read-only after.
 type connMeta struct {
-	claims *auth.Claims // the token's claims, when it has rooms or pub claims
+	claims *auth.Claims // the token's claims, when it has rooms, pub, send or info claims
 	device string       // the handshake's device; "" for the default one
 }
 
@@ -161,6 +161,10 @@ type connMeta struct {
 type connExtra struct {
 	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
 	held []*delivery             // live deliveries held while resuming or catching up, in arrival order
+
+	sendq   []*protocol.ClientFrame // send frames waiting for the sink, in frame order (upstream.go)
+	sending bool                    // a send worker is running
+	rpcs    int                     // rpc calls in flight (rpc.go)
 
 	// Catch-up mode (see catchUp in deliver.go).
 	catchUp  bool                   // a catch-up goroutine is filling the reliable sequence

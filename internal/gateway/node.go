@@ -34,6 +34,7 @@ import (
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/upstream"
 )
 
 // Version is set by the main package.
@@ -80,6 +81,10 @@ type Node struct {
 	drained   chan struct{} // closed when a drain has finished
 
 	asks askTable // requests to other nodes waiting for their answer
+
+	sink     upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
+	hc       *http.Client  // rpc calls and the webhook sink
+	rpcSlots chan struct{} // rpc calls in flight on this node
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -152,6 +157,17 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 			return nil, err
 		}
 		n.verifier = v
+	}
+	n.hc = newRPCClient()
+	n.rpcSlots = make(chan struct{}, maxRPCPerNode)
+	if cfg.UpstreamURL != "" {
+		sink, err := upstream.Open(context.Background(), cfg.UpstreamURL, upstream.Options{
+			Prefix: cfg.RedisPrefix, Secret: cfg.UpstreamSecret, HTTPClient: n.hc, Logger: n.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("WSGATE_UPSTREAM_URL: %w", err)
+		}
+		n.sink = sink
 	}
 	var b [4]byte
 	rand.Read(b[:])
@@ -318,6 +334,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.grMu.Unlock()
 	n.wg.Wait()
 	n.poller.Close()
+	if n.sink != nil {
+		_ = n.sink.Close()
+	}
+	n.hc.CloseIdleConnections()
 	return nil
 }
 

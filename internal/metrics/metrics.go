@@ -31,6 +31,8 @@ type Metrics struct {
 	DrainRemaining    prometheus.Gauge
 	Closes            *prometheus.CounterVec // code
 	BusReceived       *prometheus.CounterVec // kind
+
+	Upstream // v2: sinks and rpc (upstream.go)
 }
 
 // Handshake rejection reasons.
@@ -84,6 +86,7 @@ func New() *Metrics {
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)
 	}
+	m.registerUpstream(f)
 	// Series that exist from the start, so dashboards and alerts see zeros.
 	for _, s := range []string{"warming", "active", "draining"} {
 		m.NodeStatus.WithLabelValues(s)
@@ -94,7 +97,7 @@ func New() *Metrics {
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
 		m.BackendLatency.WithLabelValues(op)
 	}
-	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "invalid"} {
+	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "send", "rpc", "invalid"} {
 		m.ClientFrames.WithLabelValues(ty)
 	}
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
