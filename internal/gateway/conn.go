@@ -62,12 +62,13 @@ type conn struct {
 	format   protocol.Format
 	running  bool  // an inbound goroutine is processing inq
 	preamble bool  // outq[0] is the 101 answer, not sent yet (own accept path)
+	warned   bool  // the expiring frame of the current exp was queued
 	hubIdx   int32 // place in hub.list; under hub.mu
 
 	idSeq  uint64 // the connection id is the node's prefix and this (see connID)
 	user   string
 	ip     string       // kept only when WSGATE_MAX_CONNS_PER_IP is set
-	claims *auth.Claims // kept only when the token has rooms or pub claims
+	claims *auth.Claims // kept only when the token grants more than the user id (see grants); inbound goroutine
 
 	outq [][]byte  // queued frames, each a whole WebSocket frame
 	wbuf []byte    // unsent rest of a short write

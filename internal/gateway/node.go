@@ -47,6 +47,7 @@ type Node struct {
 	metrics *metrics.Metrics
 
 	verifier  *auth.Verifier
+	keys      *auth.KeySet // WSGATE_JWKS_URL; nil when unset
 	origins   *auth.OriginPolicy
 	hsLimiter *auth.RateLimiter
 	ipConns   *auth.ConnCounter
@@ -146,8 +147,22 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		}
 		pem = b
 	}
-	if cfg.JWTSecret != "" || pem != nil {
-		v, err := auth.NewVerifier(auth.VerifierConfig{HMACSecret: []byte(cfg.JWTSecret), PublicKeyPEM: pem, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience})
+	if cfg.JWKSURL != "" {
+		ks, err := auth.NewKeySet(auth.KeySetConfig{
+			URL: cfg.JWKSURL, Logger: n.log,
+			OnFetch: func(result string) { n.metrics.KeySetFetches.WithLabelValues(result).Inc() },
+		})
+		if err != nil {
+			return nil, fmt.Errorf("WSGATE_JWKS_URL: %w", err)
+		}
+		n.keys = ks
+	}
+	if secrets := cfg.JWTSecrets(); len(secrets) > 0 || pem != nil || n.keys != nil {
+		v, err := auth.NewVerifier(auth.VerifierConfig{
+			HMACSecrets: secrets, PublicKeyPEM: pem, KeySet: n.keys,
+			Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
+			Leeway: cfg.JWTLeeway, MaxLifetime: cfg.JWTMaxLifetime,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -255,6 +270,11 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.goFunc(n.heartbeatLoop)
 	n.goFunc(n.sweepLoop)
+	if n.keys != nil {
+		// Until the first fetch succeeds, tokens that need a key of the
+		// set are refused with 503 (see verify).
+		n.goFunc(func() { n.keys.Run(n.ctx) })
+	}
 	if n.cfg.Warmup > 0 {
 		n.goFunc(n.warmupLoop)
 	}
