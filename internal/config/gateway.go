@@ -22,7 +22,7 @@ type Gateway struct {
 	RedisURL    string // empty = embedded in-process backend (single node)
 	RedisPrefix string // prefix of every Redis key and channel
 
-	APIKey           string   // server API key; empty = API refused except in dev
+	APIKey           string        // server API key; empty = API refused except in dev
 	JWTSecret        string        // HS256 secrets, comma-separated (see JWTSecrets)
 	JWTPublicKeyFile string        // PEM public key, RS256 / ES256
 	JWKSURL          string        // JWKS endpoint: RS256, ES256, EdDSA keys by kid
@@ -30,9 +30,9 @@ type Gateway struct {
 	JWTAudience      string        // required aud when set
 	JWTLeeway        time.Duration // clock skew allowed on exp and nbf
 	JWTMaxLifetime   time.Duration // refuse exp further than this ahead; 0 = no limit
-	AuthInsecure     bool     // accept ?user=ID without a token
-	AllowQueryToken  bool     // accept ?token=
-	AllowedOrigins   []string // allowed Origin values, "*" = any; empty = same host
+	AuthInsecure     bool          // accept ?user=ID without a token
+	AllowQueryToken  bool          // accept ?token=
+	AllowedOrigins   []string      // allowed Origin values, "*" = any; empty = same host
 
 	MaxMessageBytes    int
 	MaxConnsPerIP      int     // 0 = no limit

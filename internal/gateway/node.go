@@ -39,6 +39,10 @@ import (
 // Version is set by the main package.
 var Version = "dev"
 
+// keySetMinInterval is the least time between two fetches of the JWKS
+// that unknown kids cause (zero: auth's default, 30 s); tests shorten it.
+var keySetMinInterval time.Duration
+
 // Node is one gateway process.
 type Node struct {
 	cfg     config.Gateway
@@ -149,7 +153,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	}
 	if cfg.JWKSURL != "" {
 		ks, err := auth.NewKeySet(auth.KeySetConfig{
-			URL: cfg.JWKSURL, Logger: n.log,
+			URL: cfg.JWKSURL, Logger: n.log, MinInterval: keySetMinInterval,
 			OnFetch: func(result string) { n.metrics.KeySetFetches.WithLabelValues(result).Inc() },
 		})
 		if err != nil {
