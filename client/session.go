@@ -287,9 +287,13 @@ func (s *session) helper(ctx context.Context) {
 			s.startRefresh(ctx)
 		case <-refreshT.C:
 			s.startRefresh(ctx)
-		case <-s.refreshed:
+		case ok := <-s.refreshed:
+			// After a refused refresh, the expiring frame or the close
+			// at exp (4401: reconnect with a new token) comes next.
 			s.refreshing = false
-			arm()
+			if ok {
+				arm()
+			}
 		case <-s.ackKick:
 			if !armed {
 				armed = true
