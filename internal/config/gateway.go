@@ -126,7 +126,7 @@ func registerGateway(s *Set, c *Gateway) {
 		SecretURL()
 	s.String(&c.RedisPrefix, "redis-prefix", "wsgate", "prefix of every Redis key and channel (several clusters can share one Redis)")
 	s.String(&c.APIKey, "api-key", "", "key for the server API; empty = server API refused (401) except in dev").Secret()
-	s.String(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens").Secret()
+	s.String(&c.JWTSecret, "jwt-secret", "", "HS256 secrets for client tokens, comma-separated: a token signed with any of them is accepted").Secret()
 	s.String(&c.JWTPublicKeyFile, "jwt-public-key-file", "", "PEM public key file (RS256 / ES256) for client tokens")
 	s.String(&c.JWTIssuer, "jwt-issuer", "", "when set, the token's iss must match")
 	s.String(&c.JWTAudience, "jwt-audience", "", "when set, the token's aud must match")
