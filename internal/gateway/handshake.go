@@ -313,9 +313,7 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 		c.ip = a.ip // the connection releases its IP slot when it ends
 	}
 	c.claims = grants(a.claims)
-	if !a.claims.ExpiresAt.IsZero() {
-		c.exp = a.claims.ExpiresAt.Unix()
-	}
+	c.exp = n.connExp(a.claims)
 	n.metrics.ConnectionsTotal.Inc()
 	n.accepted.Add(1)
 	return c

@@ -33,11 +33,25 @@ func (c *conn) refresh(ctx context.Context, cf *protocol.ClientFrame) {
 	}
 	c.mu.Lock()
 	c.claims = grants(claims)
-	c.exp = claims.ExpiresAt.Unix()
+	c.exp = c.n.connExp(claims)
 	c.warned = false
 	c.mu.Unlock()
 	c.n.metrics.TokenRefresh.WithLabelValues(metrics.RefreshOK).Inc()
 	c.reply(cf.ID, nil, 0)
+}
+
+// connExp is when a connection with these claims ends (Unix s, 0: never,
+// insecure mode): the token's exp plus WSGATE_JWT_LEEWAY, rounded up, as
+// the handshake accepts a token until then.
+func (n *Node) connExp(c *auth.Claims) int64 {
+	if c.ExpiresAt.IsZero() {
+		return 0
+	}
+	t := c.ExpiresAt.Add(n.cfg.JWTLeeway)
+	if t.Nanosecond() > 0 {
+		return t.Unix() + 1
+	}
+	return t.Unix()
 }
 
 // grants is what a connection keeps of its token's claims: nothing when

@@ -293,3 +293,18 @@ func TestSeveralHS256SecretsAccepted(t *testing.T) {
 		t.Fatalf("token of an unlisted secret: %d, want 401", code)
 	}
 }
+
+// A token accepted within the leeway after its exp is not closed at once:
+// the connection ends leeway after exp, announced by expiring.
+func TestLeewayExtendsTheConnection(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) { c.JWTLeeway = 20 * time.Second })
+	exp := time.Now().Add(-time.Second).Unix()
+	c := n.bearer(t, token(t, "late", map[string]any{"exp": exp}))
+	if f := c.expect(protocol.TypeExpiring); int64(f["exp"].(float64)) != exp+20 {
+		t.Fatalf("expiring %v, want exp %d (exp + leeway)", f, exp+20)
+	}
+	c.alive()
+	if code := handshakeCode(t, n, "", token(t, "later", map[string]any{"exp": time.Now().Add(-time.Minute).Unix()})); code != http.StatusUnauthorized {
+		t.Fatalf("token expired beyond the leeway: %d, want 401", code)
+	}
+}
