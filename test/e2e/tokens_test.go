@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -121,12 +122,13 @@ func TestTokenRefreshAndKeyRotationOnTheBinary(t *testing.T) {
 	old.Header["kid"] = "k1"
 	oldTok, _ := old.SignedString(k1)
 	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer " + oldTok}}), Timeout: 5 * time.Second}
-	if _, _, _, err := d.Dial(ctx, g.WS()); err == nil || err.(ws.StatusError) != http.StatusUnauthorized {
+	var se ws.StatusError
+	if _, _, _, err := d.Dial(ctx, g.WS()); !errors.As(err, &se) || se != http.StatusUnauthorized {
 		t.Fatalf("handshake with the removed key k1: %v, want 401", err)
 	}
 	// Beyond WSGATE_JWT_MAX_LIFETIME.
 	d.Header = ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer " + mint("sam", time.Hour)}})
-	if _, _, _, err := d.Dial(ctx, g.WS()); err == nil || err.(ws.StatusError) != http.StatusUnauthorized {
+	if _, _, _, err := d.Dial(ctx, g.WS()); !errors.As(err, &se) || se != http.StatusUnauthorized {
 		t.Fatalf("handshake with a token of 1 h (max lifetime 10 m): %v, want 401", err)
 	}
 }
