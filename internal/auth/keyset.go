@@ -89,14 +89,17 @@ func NewKeySet(cfg KeySetConfig) (*KeySet, error) {
 	return &KeySet{cfg: cfg}, nil
 }
 
-// Run fetches the set at once and then every Interval until ctx ends.
+// Run fetches the set at once (unless a fetch has already loaded it) and
+// then every Interval until ctx ends.
 // Until the first good fetch it retries sooner: after 1 s, doubling up to
 // MinInterval.
 func (s *KeySet) Run(ctx context.Context) {
 	retry := time.Second
-	for {
+	for first := true; ; first = false {
 		wait := s.cfg.Interval
-		if !s.fetchShared(ctx) && s.keys.Load() == nil {
+		if first && s.Loaded() {
+			// Fetched already (the node's start waits for one fetch).
+		} else if !s.fetchShared(ctx) && !s.Loaded() {
 			wait, retry = retry, min(2*retry, s.cfg.MinInterval)
 		}
 		t := time.NewTimer(wait)

@@ -275,8 +275,14 @@ func (n *Node) Start(ctx context.Context) error {
 	n.goFunc(n.heartbeatLoop)
 	n.goFunc(n.sweepLoop)
 	if n.keys != nil {
-		// Until the first fetch succeeds, tokens that need a key of the
-		// set are refused with 503 (see verify).
+		// The first fetch, before the node serves; if it fails the node
+		// starts all the same and, until a fetch succeeds, tokens that
+		// need a key of the set are refused with 503 (authRefusal).
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if !n.keys.Refresh(kctx) {
+			n.log.Warn("JWKS not fetched at start; tokens that need its keys are refused with 503 until it is", "url", n.cfg.JWKSURL)
+		}
+		cancel()
 		n.goFunc(func() { n.keys.Run(n.ctx) })
 	}
 	if n.cfg.Warmup > 0 {

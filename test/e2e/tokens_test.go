@@ -102,7 +102,7 @@ func TestTokenRefreshAndKeyRotationOnTheBinary(t *testing.T) {
 		t.Fatal("the first token has not expired yet")
 	}
 	st := cl.Stats()
-	if st.Dials != 1 || st.Connects != 1 {
+	if st.Dials != 1 || st.Connects != 1 || st.Reconnects != 0 {
 		t.Fatalf("stats %+v: one connection must carry every refresh past the first exp", st)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
