@@ -285,6 +285,7 @@ func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error)
 		IdleTimeout:      c.cfg.IdleTimeout,
 		ReadBufferSize:   c.cfg.ReadBufferSize,
 		Since:            c.since(),
+		Device:           c.cfg.Device,
 	}
 	if c.cfg.Token != nil {
 		tok, err := c.cfg.Token(ctx)

@@ -25,6 +25,7 @@ type DialOptions struct {
 	TokenVia TokenVia // where the token goes (default header)
 	User     string   // ?user= for insecure servers; empty = not sent
 	Since    *int64   // ?since= resume point; nil = not sent
+	Device   string   // ?device= (see Config.Device); empty = not sent
 	Format   protocol.Format
 
 	// LocalAddr is the source IP of the TCP connection; empty = any.
@@ -58,6 +59,7 @@ type Welcome struct {
 	User         string
 	PingInterval time.Duration
 	InboxSeq     int64  // highest reliable seq ever assigned to the user
+	Device       string // the connection's device ("default" when none was sent)
 	URL          string // the URL dialled (without the query Dial added)
 }
 
@@ -150,7 +152,7 @@ func (c *Conn) readWelcome(ctx context.Context, deadline time.Time) (*Welcome, e
 	return &Welcome{
 		ConnID: pw.ConnID, Node: pw.Node, User: pw.User,
 		PingInterval: time.Duration(pw.PingIntervalMS) * time.Millisecond,
-		InboxSeq:     pw.InboxSeq,
+		InboxSeq:     pw.InboxSeq, Device: pw.Device,
 	}, nil
 }
 
@@ -167,7 +169,8 @@ func (o DialOptions) withDefaults() DialOptions {
 	return o
 }
 
-// handshakeURL adds token (ViaQuery), user, since and format to rawURL.
+// handshakeURL adds token (ViaQuery), user, since, device and format to
+// rawURL.
 func handshakeURL(rawURL string, o DialOptions) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -185,6 +188,9 @@ func handshakeURL(rawURL string, o DialOptions) (string, error) {
 	}
 	if o.Since != nil {
 		q.Set("since", strconv.FormatInt(*o.Since, 10))
+	}
+	if o.Device != "" {
+		q.Set("device", o.Device)
 	}
 	if o.Format == protocol.MsgPack {
 		q.Set("format", o.Format.String())

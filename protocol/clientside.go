@@ -24,6 +24,7 @@ type ServerFrame struct {
 	User           string `json:"user" msgpack:"user"`
 	PingIntervalMS int64  `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
 	InboxSeq       int64  `json:"inbox_seq" msgpack:"inbox_seq"`
+	Device         string `json:"device" msgpack:"device"`
 
 	// message, reply (ID, Seq)
 	ID     string          `json:"id" msgpack:"id"`
@@ -98,7 +99,7 @@ func (sf *ServerFrame) AsMessage() Message {
 func (sf *ServerFrame) AsWelcome() Welcome {
 	return Welcome{
 		Type: TypeWelcome, ConnID: sf.ConnID, Node: sf.Node, User: sf.User,
-		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq,
+		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq, Device: sf.Device,
 	}
 }
 

@@ -60,6 +60,7 @@ type Welcome struct {
 	User           string `json:"user" msgpack:"user"`
 	PingIntervalMS int64  `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
 	InboxSeq       int64  `json:"inbox_seq" msgpack:"inbox_seq"`
+	Device         string `json:"device" msgpack:"device"`
 }
 
 // ErrorBody is the {code,message} pair of error frames, refused replies and

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -65,10 +66,10 @@ type conn struct {
 	warned   bool  // the expiring frame of the current exp was queued
 	hubIdx   int32 // place in hub.list; under hub.mu
 
-	idSeq  uint64 // the connection id is the node's prefix and this (see connID)
-	user   string
-	ip     string       // kept only when WSGATE_MAX_CONNS_PER_IP is set
-	claims *auth.Claims // kept only when the token grants more than the user id (see grants); inbound goroutine
+	idSeq uint64 // the connection id is the node's prefix and this (see connID)
+	user  string
+	ip    string    // kept only when WSGATE_MAX_CONNS_PER_IP is set
+	meta  *connMeta // kept only when the token has rooms or pub claims or the device is named
 
 	outq [][]byte  // queued frames, each a whole WebSocket frame
 	wbuf []byte    // unsent rest of a short write
@@ -150,10 +151,22 @@ type fragment struct {
 	data []byte
 }
 
+// connMeta is what only some connections need from their handshake: set
+// once before the connection is shared, read-only after.
+type connMeta struct {
+	claims *auth.Claims // the handshake token's claims, when they grant more than the user id (see grants)
+	device string       // the handshake's device; "" for the default one
+}
+
 // connExtra holds what only a busy or unusual connection needs; under mu.
 type connExtra struct {
 	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
 	held []*delivery             // live deliveries held while resuming or catching up, in arrival order
+
+	// The grants of the last accepted refresh frame (refresh.go); the
+	// handshake's stay in meta, which never changes.
+	refreshed bool
+	claims    *auth.Claims
 
 	// Catch-up mode (see catchUp in deliver.go).
 	catchUp  bool                   // a catch-up goroutine is filling the reliable sequence
@@ -178,6 +191,41 @@ func (c *conn) logger() *slog.Logger {
 // connID formats the connection's cluster-unique id (not stored, to keep
 // idle connections small).
 func (c *conn) connID() string { return c.n.formatID(c.idSeq) }
+
+// deviceName is the connection's device as the contract names it.
+func (c *conn) deviceName() string {
+	if c.meta == nil {
+		return protocol.DefaultDevice
+	}
+	return cmp.Or(c.meta.device, protocol.DefaultDevice)
+}
+
+// device is the handshake's device, "" for the default one.
+func (c *conn) device() string {
+	if c.meta == nil {
+		return ""
+	}
+	return c.meta.device
+}
+
+// claims are the grants of the connection's token (nil: none): those of
+// the last accepted refresh frame, else the handshake's.
+func (c *conn) claims() *auth.Claims {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.x != nil && c.x.refreshed {
+		return c.x.claims
+	}
+	if c.meta == nil {
+		return nil
+	}
+	return c.meta.claims
+}
+
+// route is the connection's route record.
+func (c *conn) route() cluster.Route {
+	return cluster.Route{User: c.user, ConnID: c.connID(), Node: c.n.cfg.NodeID, ConnectedAt: c.connectedAt, Device: c.deviceName()}
+}
 
 // ---------------------------------------------------------------------
 // Output: bounded queue, one writer at a time, coalesced writev.

@@ -201,6 +201,7 @@ type admission struct {
 	format   protocol.Format
 	since    int64
 	hasSince bool
+	device   string // "" for the default device
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the
@@ -231,6 +232,17 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 			return a, refuseWith(http.StatusBadRequest, "bad_request", "since must be a non-negative integer, got "+strconv.Quote(s))
 		}
 		a.since, a.hasSince = v, true
+	}
+	if d, ok := req.query["device"]; ok {
+		if len(d) != 1 {
+			return a, refuseWith(http.StatusBadRequest, "bad_request", "device must be given once")
+		}
+		if err := protocol.ValidDevice(d[0]); err != nil {
+			return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
+		}
+		if d[0] != protocol.DefaultDevice {
+			a.device = d[0]
+		}
 	}
 	return n.admitToken(context.Background(), req, a, false)
 }
@@ -312,7 +324,9 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	if n.cfg.MaxConnsPerIP > 0 {
 		c.ip = a.ip // the connection releases its IP slot when it ends
 	}
-	c.claims = grants(a.claims)
+	if g := grants(a.claims); g != nil || a.device != "" {
+		c.meta = &connMeta{claims: g, device: a.device}
+	}
 	c.exp = n.connExp(a.claims)
 	n.metrics.ConnectionsTotal.Inc()
 	n.accepted.Add(1)
@@ -471,8 +485,12 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	// One backend step: the route is stored, then the user's rooms and
 	// inbox are read (see cluster.Backend.Connect for why in that order).
 	start := time.Now()
-	route := cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, ConnectedAt: c.connectedAt}
-	cr, err := n.backend.Connect(ctx, route, n.cfg.RouteTTL, since, n.inboxOpts(), n.connLimit())
+	// Without since the backend reads from the device's acknowledgement.
+	from := since
+	if !hasSince {
+		from = -1
+	}
+	cr, err := n.backend.Connect(ctx, c.route(), n.cfg.RouteTTL, from, n.inboxOpts(), n.connLimit())
 	n.observe("route", start, err)
 	if errors.Is(err, cluster.ErrConnLimit) {
 		// checkUserLimit let it through, but concurrent handshakes of the
@@ -497,7 +515,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 
 	welcome, _ := protocol.Encode(c.format, protocol.Welcome{
 		Type: protocol.TypeWelcome, ConnID: c.connID(), Node: n.cfg.NodeID, User: c.user,
-		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq,
+		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq, Device: c.deviceName(),
 	})
 	c.mu.Lock()
 	if c.state != stResuming {

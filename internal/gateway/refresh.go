@@ -17,8 +17,8 @@ import (
 // refresh handles a refresh frame: a valid token for the connection's user
 // replaces its exp, rooms, pub, send and info, answered ok; an invalid one,
 // or one for another user, is answered unauthorized and changes nothing.
-// It runs on the connection's inbound goroutine, which also reads the
-// grants (handle), so frames after the refresh see the new ones.
+// It runs on the connection's inbound goroutine, which handles frames in
+// order, so the frames after the refresh are judged by the new grants.
 func (c *conn) refresh(ctx context.Context, cf *protocol.ClientFrame) {
 	claims, err := c.n.verify(ctx, cf.Token, true)
 	switch {
@@ -32,7 +32,8 @@ func (c *conn) refresh(ctx context.Context, cf *protocol.ClientFrame) {
 		return
 	}
 	c.mu.Lock()
-	c.claims = grants(claims)
+	x := c.extra()
+	x.claims, x.refreshed = grants(claims), true
 	c.exp = c.n.connExp(claims)
 	c.warned = false
 	c.mu.Unlock()

@@ -68,6 +68,7 @@ type connRec struct {
 	user      string
 	node      string
 	connID    string
+	device    string // the welcome's device
 	since     *int64 // resume point of the handshake; nil: none
 	inboxSeq  int64
 	dialAt    time.Time // the dial started
@@ -80,6 +81,14 @@ type connRec struct {
 	closeReason string
 	closedAt    time.Time
 	ourClose    bool // the client closed it (end of the run)
+}
+
+// deviceName is the connection's device ("default" for none).
+func (c *connRec) deviceName() string {
+	if c.device == "" {
+		return protocol.DefaultDevice
+	}
+	return c.device
 }
 
 // recorder is what the clients of one test record into: the start time
@@ -141,6 +150,9 @@ type rawOptions struct {
 	// ackEvery: ack after that many reliable messages (besides a timer
 	// every 100 ms); 0 = 10.
 	ackEvery int
+	// device is sent as ?device= on every connection; empty: none (the
+	// default device).
+	device string
 }
 
 // rawClient is one reconnecting client. Its reader goroutine records the
@@ -232,7 +244,7 @@ func (r *rawClient) run() {
 			var w *client.Welcome
 			dialAt := time.Now()
 			dctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-			conn, w, err = client.Dial(dctx, url, client.DialOptions{Token: r.tok, Since: since, HandshakeTimeout: 5 * time.Second})
+			conn, w, err = client.Dial(dctx, url, client.DialOptions{Token: r.tok, Since: since, Device: r.opt.device, HandshakeTimeout: 5 * time.Second})
 			cancel()
 			if err == nil {
 				backoff = 50 * time.Millisecond
@@ -251,7 +263,7 @@ func (r *rawClient) run() {
 
 // serve reads one connection until it ends.
 func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, dialAt time.Time) {
-	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, since: since, inboxSeq: w.InboxSeq, dialAt: dialAt, welcomeAt: time.Now()}
+	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, device: w.Device, since: since, inboxSeq: w.InboxSeq, dialAt: dialAt, welcomeAt: time.Now()}
 	r.mu.Lock()
 	r.conns = append(r.conns, c)
 	r.cur = conn
