@@ -79,6 +79,8 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 		c.handleSend(cf)
 	case protocol.TypeRPC:
 		c.handleRPC(cf)
+	case protocol.TypeRefresh:
+		c.refresh(ctx, cf)
 	}
 }
 

@@ -31,9 +31,18 @@ type Metrics struct {
 	DrainRemaining    prometheus.Gauge
 	Closes            *prometheus.CounterVec // code
 	BusReceived       *prometheus.CounterVec // kind
+	TokenRefresh      *prometheus.CounterVec // result
+	KeySetFetches     *prometheus.CounterVec // result
 
 	Upstream // v2: sinks and rpc (upstream.go)
 }
+
+// Results of a refresh frame (wsgate_token_refresh_total).
+const (
+	RefreshOK        = "ok"         // the new token replaced the connection's
+	RefreshInvalid   = "invalid"    // the token did not verify
+	RefreshOtherUser = "other_user" // a valid token for another sub
+)
 
 // Handshake rejection reasons.
 const (
@@ -82,7 +91,9 @@ func New() *Metrics {
 	m.DrainRemaining = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_drain_remaining", Help: "Connections left to move while draining."})
 	m.Closes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_connection_closes_total", Help: "Connections closed, by close code (0: without a close frame)."}, []string{"code"})
 	m.BusReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_bus_received_total", Help: "Envelopes this node received from the cluster bus, by kind (message, kick, room, drain, done)."}, []string{"kind"})
-	for _, c := range []prometheus.Collector{m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
+	m.TokenRefresh = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_token_refresh_total", Help: "Refresh frames, by result (ok, invalid, other_user)."}, []string{"result"})
+	m.KeySetFetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_jwks_fetch_total", Help: "Fetches of the JWKS key set (WSGATE_JWKS_URL), by result (ok, error)."}, []string{"result"})
+	for _, c := range []prometheus.Collector{m.TokenRefresh, m.KeySetFetches, m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)
 	}
@@ -97,7 +108,7 @@ func New() *Metrics {
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
 		m.BackendLatency.WithLabelValues(op)
 	}
-	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "send", "rpc", "invalid"} {
+	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "send", "rpc", "refresh", "invalid"} {
 		m.ClientFrames.WithLabelValues(ty)
 	}
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
@@ -105,6 +116,9 @@ func New() *Metrics {
 	}
 	for _, r := range []string{DropQueueFull, DropNotifyWait, DropSlowClose, DropClosed, DropEncode, DropRateLimited} {
 		m.Dropped.WithLabelValues(r)
+	}
+	for _, r := range []string{RefreshOK, RefreshInvalid, RefreshOtherUser} {
+		m.TokenRefresh.WithLabelValues(r)
 	}
 	for _, r := range []string{RejectBadRequest, RejectUnauthorized, RejectOrigin, RejectRate, RejectConnLimit, RejectUnavailable} {
 		m.HandshakeRejected.WithLabelValues(r)
