@@ -3,6 +3,7 @@
 #   make test    installs what the tests need (redis-server, Chromium), then runs
 #                gofmt, vet, every test with the race detector, and the contract suite
 #   make build   bin/wsgate
+#   make generate  the Go code of the protobuf API (proto/wsgate/v1)
 #   make fuzz    runs every fuzz target for FUZZTIME (default 30s)
 #   make bench   the Go benchmarks of the hot paths
 
@@ -10,12 +11,16 @@ GO       ?= go
 FUZZTIME ?= 30s
 SHARED   ?= ../shared
 
-.PHONY: all build test test-go conformance deps vet fuzz bench clean
+.PHONY: all build generate test test-go conformance deps vet fuzz bench clean
 
 all: build
 
 build:
 	$(GO) build -o bin/wsgate ./cmd/wsgate
+
+# The generated code is committed; proto/wsgate/v1's tests check it is current.
+generate:
+	@scripts/generate.sh
 
 # Test dependencies come from Debian's packages; nothing is started here:
 # each test starts its own redis-server on a free port and stops it.
