@@ -176,8 +176,14 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		n.goFunc(n.writeLoop)
 	}
 	n.mux = n.routes()
+	// HTTP/2 also without TLS (prior knowledge), for plain-text gRPC.
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(true)
+	protos.SetUnencryptedHTTP2(true)
 	n.srv = &http.Server{
-		Handler: n.mux,
+		Handler:   n.mux,
+		Protocols: protos,
 		// Contract §2: a request arrives whole (headers and body) within
 		// 10 s, else the connection is closed; idle ones go after 120 s.
 		ReadHeaderTimeout: handshakeTimeout,
