@@ -449,6 +449,7 @@ func (n *Node) apiPublish(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	req.Traceparent = r.Header.Get("traceparent")
 	res, err := n.Publish(r.Context(), req)
 	if err != nil {
 		return err
@@ -480,7 +481,7 @@ func (n *Node) apiPublishBatch(w http.ResponseWriter, r *http.Request) error {
 	if err := checkBatchSize(len(b.Messages)); err != nil {
 		return err
 	}
-	results := n.publishBatch(r.Context(), b.Messages)
+	results := n.publishBatch(r.Context(), b.Messages, r.Header.Get("traceparent"))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(appendResults(make([]byte, 0, 16+64*len(results)), results))
@@ -554,26 +555,28 @@ func appendResults(dst []byte, results []any) []byte {
 // batchParallel bounds the targets a batch publishes to at once.
 const batchParallel = 64
 
-// publishBatch decodes the JSON messages of a batch and publishes them.
-func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
+// publishBatch decodes the JSON messages of a batch and publishes them,
+// each with the trace context tp ("" for none).
+func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage, tp string) []any {
 	reqs := make([]PublishRequest, len(msgs))
 	errs := make([]error, len(msgs))
 	for i, raw := range msgs {
 		reqs[i], errs[i] = decodeBatchMessage(raw)
+		reqs[i].Traceparent = tp
 	}
 	return n.PublishBatch(ctx, reqs, errs)
 }
 
 // PublishBatch publishes every message of a batch whose decoding did not
 // fail (errs[i] == nil; errs may be nil): each result is a PublishResult
-// or {"error":...}, in the batch order. User messages without
-// an idempotency key go together (publishBulk: one pipeline of inbox
-// appends, one bus envelope per node). The rest (rooms, broadcasts,
-// messages with an idempotency key, and every message to a user that has
-// one of those in the batch) go through Publish: messages to the same
-// target one after the other, in order; different targets in parallel,
-// so that their backend round trips overlap (and the Redis backend
-// pipelines them).
+// or {"error":...}, in the batch order. User messages without an
+// idempotency key or trace context go together (publishBulk: one
+// pipeline of inbox appends, one bus envelope per node). The rest (rooms,
+// broadcasts, messages with an idempotency key or a traceparent, and
+// every message to a user that has one of those in the batch) go through
+// Publish: messages to the same target one after the other, in order;
+// different targets in parallel, so that their backend round trips
+// overlap (and the Redis backend pipelines them).
 func (n *Node) PublishBatch(ctx context.Context, reqs []PublishRequest, errs []error) []any {
 	results := make([]any, len(reqs))
 	groups := map[protocol.Target][]int{}
@@ -598,7 +601,7 @@ func (n *Node) PublishBatch(ctx context.Context, reqs []PublishRequest, errs []e
 			order = append(order, req.Target)
 			ok = true
 		}
-		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == ""
+		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == "" && req.Traceparent == ""
 		groups[req.Target] = append(groups[req.Target], i)
 	}
 	sem := make(chan struct{}, batchParallel)

@@ -97,7 +97,8 @@ func grpcError(ae *APIError) *connect.Error {
 	return ce
 }
 
-// publishRequest converts a protobuf publish into the API's request.
+// publishRequest converts a protobuf publish into the API's request, with
+// the trace context of the call's metadata.
 func publishRequest(m *wsgatev1.PublishRequest, header http.Header) (PublishRequest, error) {
 	if m.GetTarget() == nil {
 		return PublishRequest{}, badRequest("target is required: {\"type\":\"user|room|broadcast\",\"id\":\"...\"}")
@@ -108,6 +109,7 @@ func publishRequest(m *wsgatev1.PublishRequest, header http.Header) (PublishRequ
 		Reliable:       m.GetReliable(),
 		Class:          m.GetClass(),
 		IdempotencyKey: m.GetIdempotencyKey(),
+		Traceparent:    header.Get("traceparent"),
 	}
 	if d := m.GetData(); d != "" {
 		if !json.Valid([]byte(d)) {

@@ -34,6 +34,7 @@ import (
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/tracing"
 )
 
 // Version is set by the main package.
@@ -80,6 +81,8 @@ type Node struct {
 	drained   chan struct{} // closed when a drain has finished
 
 	asks askTable // requests to other nodes waiting for their answer
+
+	tracer *tracing.Tracer // nil: spans are not exported (SetTracer)
 
 	ctx    context.Context
 	cancel context.CancelFunc
