@@ -22,6 +22,9 @@ build:
 generate:
 	@scripts/generate.sh
 
+# deploy/helmtest (the Helm chart rendered by Helm's packages) is a module of
+# its own, keeping Helm out of the gateway's dependencies.
+
 # Test dependencies come from Debian's packages; nothing is started here:
 # each test starts its own redis-server on a free port and stops it.
 deps:
@@ -30,11 +33,13 @@ deps:
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy/helmtest && $(GO) vet ./...
 
 test: deps vet test-go conformance
 
 test-go:
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd deploy/helmtest && $(GO) test -race -count=1 ./...
 
 # The public contract suite, when the shared folder is beside the project.
 conformance: build
