@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/wsgate/wsgate/internal/config"
 	wsgatev1 "github.com/wsgate/wsgate/proto/wsgate/v1"
 	"github.com/wsgate/wsgate/proto/wsgate/v1/wsgatev1connect"
 	"github.com/wsgate/wsgate/protocol"
@@ -513,4 +514,18 @@ func TestAPIPresenceMembersDisconnect(t *testing.T) {
 		}
 		<-n.drained
 	})
+}
+
+// The open API of wsgate dev answers its own pages only, over gRPC and
+// Connect too: a foreign Origin is permission_denied.
+func TestGRPCDevAPIRefusesForeignOrigin(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) { c.APIKey = ""; c.Dev = true })
+	for _, name := range []string{"grpc", "connect"} {
+		tr := newTransport(t, n, name)
+		if _, e := tr.publish("", PublishRequest{Target: protocolTarget("broadcast", "")}, nil); e != nil {
+			t.Fatalf("%s: dev API without Origin: %+v", name, e)
+		}
+		_, e := tr.publish("", PublishRequest{Target: protocolTarget("broadcast", "")}, http.Header{"Origin": {"https://evil.example"}})
+		wantErr(t, name+" from a foreign Origin", e, 403, "origin_forbidden", "own pages")
+	}
 }
