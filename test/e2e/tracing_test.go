@@ -1,7 +1,7 @@
 package e2e
 
-// OpenTelemetry: a publish's W3C traceparent (HTTP header or gRPC
-// metadata) follows the message over the bus to the delivering node; both
+// OpenTelemetry: a publish's W3C traceparent (HTTP header, also on a
+// batch, or gRPC metadata) follows the message over the bus to the delivering node; both
 // nodes log the trace id, and the spans wsgate.publish (publishing node)
 // and wsgate.deliver (delivering node) reach an OTLP/HTTP receiver with
 // that trace id, each the child of the one before.
@@ -140,6 +140,17 @@ func TestTraceparentFollowsThePublish(t *testing.T) {
 			}
 			resp.Body.Close()
 		}},
+		{"batch", "5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b8", func(tp string) {
+			body, _ := json.Marshal(map[string]any{"messages": []any{toUser("tina", "batch-traced")}})
+			req, _ := http.NewRequest("POST", a.HTTP()+"/api/v1/publish/batch", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+apiKey)
+			req.Header.Set("traceparent", tp)
+			resp, err := c.http.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("batch publish: %v %v", resp, err)
+			}
+			resp.Body.Close()
+		}},
 		{"grpc", "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", func(tp string) {
 			req := connect.NewRequest(&wsgatev1.PublishRequest{Target: &wsgatev1.Target{Type: "user", Id: "tina"}, Event: "grpc-traced"})
 			req.Header().Set("Authorization", "Bearer "+apiKey)
@@ -183,10 +194,11 @@ func TestTraceparentFollowsThePublish(t *testing.T) {
 		resp.Body.Close()
 	}
 	p.expect("last")
+	rcv.span(t, "wsgate.publish", last)
 	rcv.span(t, "wsgate.deliver", last)
 	eventually(t, 5*time.Second, "the last trace id in b's log", func() (bool, string) { return logged(b, "deliver", last), "" })
-	if n := strings.Count(b.log(), `"msg":"deliver"`); n != 3 {
-		t.Errorf("b logged %d deliveries, want the 3 traced ones", n)
+	if n := strings.Count(b.log(), `"msg":"deliver"`); n != 4 {
+		t.Errorf("b logged %d deliveries, want the 4 traced ones", n)
 	}
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
@@ -196,7 +208,7 @@ func TestTraceparentFollowsThePublish(t *testing.T) {
 			publishes++
 		}
 	}
-	if publishes != 3 {
-		t.Errorf("%d publish spans exported, want the 3 traced ones", publishes)
+	if publishes != 4 {
+		t.Errorf("%d publish spans exported, want the 4 traced ones", publishes)
 	}
 }
