@@ -1,6 +1,6 @@
 # wsgate: build, test, fuzz, bench.
 #
-#   make test    installs what the tests need (redis-server, Chromium), then runs
+#   make test    installs what the tests need (redis-server, Chromium, protoc), then runs
 #                gofmt, vet, every test with the race detector, and the contract suite
 #   make build   bin/wsgate
 #   make generate  the Go code of the protobuf API (proto/wsgate/v1)
@@ -22,9 +22,6 @@ build:
 generate:
 	@scripts/generate.sh
 
-# deploy/helmtest (the Helm chart rendered by Helm's packages) is a module of
-# its own, keeping Helm out of the gateway's dependencies.
-
 # Test dependencies come from Debian's packages; nothing is started here:
 # each test starts its own redis-server on a free port and stops it.
 deps:
@@ -37,6 +34,8 @@ vet:
 
 test: deps vet test-go conformance
 
+# deploy/helmtest (the Helm chart rendered by Helm's packages) is a module of
+# its own, keeping Helm out of the gateway's dependencies.
 test-go:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd deploy/helmtest && $(GO) test -race -count=1 ./...
