@@ -1,8 +1,9 @@
 # wsgate: build, test, fuzz, bench.
 #
-#   make test    installs what the tests need (redis-server, Chromium), then runs
+#   make test    installs what the tests need (redis-server, Chromium, protoc), then runs
 #                gofmt, vet, every test with the race detector, and the contract suite
 #   make build   bin/wsgate
+#   make generate  the Go code of the protobuf API (proto/wsgate/v1)
 #   make fuzz    runs every fuzz target for FUZZTIME (default 30s)
 #   make bench   the Go benchmarks of the hot paths
 
@@ -10,12 +11,16 @@ GO       ?= go
 FUZZTIME ?= 30s
 SHARED   ?= ../shared
 
-.PHONY: all build test test-go conformance deps vet fuzz bench clean
+.PHONY: all build generate test test-go conformance deps vet fuzz bench clean
 
 all: build
 
 build:
 	$(GO) build -o bin/wsgate ./cmd/wsgate
+
+# The generated code is committed; proto/wsgate/v1's tests check it is current.
+generate:
+	@scripts/generate.sh
 
 # Test dependencies come from Debian's packages; nothing is started here:
 # each test starts its own redis-server on a free port and stops it.
@@ -25,11 +30,15 @@ deps:
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy/helmtest && $(GO) vet ./...
 
 test: deps vet test-go conformance
 
+# deploy/helmtest (the Helm chart rendered by Helm's packages) is a module of
+# its own, keeping Helm out of the gateway's dependencies.
 test-go:
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd deploy/helmtest && $(GO) test -race -count=1 ./...
 
 # The public contract suite, when the shared folder is beside the project.
 conformance: build

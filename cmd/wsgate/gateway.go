@@ -17,6 +17,7 @@ import (
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/gateway"
 	"github.com/wsgate/wsgate/internal/metrics"
+	"github.com/wsgate/wsgate/internal/tracing"
 )
 
 // runGateway parses, validates, builds and runs one node; dev runs it
@@ -80,6 +81,22 @@ func runGateway(args []string, dev bool) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "wsgate %s: %v\n", set.Command, err)
 		return 2
+	}
+	tracer, err := tracing.FromEnv(context.Background(), "wsgate", cfg.NodeID)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "wsgate %s: OTEL_EXPORTER_OTLP_ENDPOINT: %v\n", set.Command, err)
+		return 2
+	}
+	if tracer != nil {
+		node.SetTracer(tracer)
+		log.Info("exporting trace spans over OTLP/HTTP", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracer.Shutdown(ctx); err != nil {
+				log.Warn("trace export at shutdown failed", "err", err)
+			}
+		}()
 	}
 	if err := node.Start(context.Background()); err != nil {
 		fmt.Fprintf(os.Stderr, "wsgate %s: %v\n", set.Command, err)

@@ -2,12 +2,10 @@ package gateway
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -50,6 +48,7 @@ func (n *Node) routes() *http.ServeMux {
 	api("POST /api/v1/users/{user}/disconnect", n.apiDisconnect)
 	api("GET /api/v1/nodes", n.apiNodes)
 	api("POST /api/v1/nodes/{node}/drain", n.apiDrain)
+	mux.Handle(n.grpcHandler())
 	api("/api/", func(w http.ResponseWriter, r *http.Request) error {
 		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "no such API endpoint: " + r.Method + " " + r.URL.Path}
 	})
@@ -119,16 +118,24 @@ func (n *Node) checkKey(r *http.Request) error {
 // foreign Origin is refused, and so is a body that is not JSON (a
 // cross-site form or text/plain POST, which needs no preflight).
 func (n *Node) checkOpenAPI(r *http.Request) *APIError {
-	if n.cfg.APIKey != "" || !n.cfg.Dev {
-		return nil
-	}
-	if o := r.Header.Values("Origin"); len(o) > 1 || !sameHostOnly.AllowOrigin(r.Header.Get("Origin"), r.Host) {
-		return &APIError{Status: http.StatusForbidden, Code: "origin_forbidden", Message: "the dev API answers its own pages only"}
+	if ae := n.checkOrigin(r); ae != nil || n.cfg.APIKey != "" || !n.cfg.Dev {
+		return ae
 	}
 	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 			return &APIError{Status: http.StatusUnsupportedMediaType, Code: "bad_request", Message: "the dev API takes Content-Type: application/json bodies only"}
 		}
+	}
+	return nil
+}
+
+// checkOrigin refuses a request of the open dev API from a foreign Origin.
+func (n *Node) checkOrigin(r *http.Request) *APIError {
+	if n.cfg.APIKey != "" || !n.cfg.Dev {
+		return nil
+	}
+	if o := r.Header.Values("Origin"); len(o) > 1 || !sameHostOnly.AllowOrigin(r.Header.Get("Origin"), r.Host) {
+		return &APIError{Status: http.StatusForbidden, Code: "origin_forbidden", Message: "the dev API answers its own pages only"}
 	}
 	return nil
 }
@@ -442,6 +449,7 @@ func (n *Node) apiPublish(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	req.Traceparent = r.Header.Get("traceparent")
 	res, err := n.Publish(r.Context(), req)
 	if err != nil {
 		return err
@@ -449,8 +457,6 @@ func (n *Node) apiPublish(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, res)
 	return nil
 }
-
-const maxBatch = 1000
 
 func (n *Node) apiPublishBatch(w http.ResponseWriter, r *http.Request) error {
 	body, err := readBody(r)
@@ -472,10 +478,10 @@ func (n *Node) apiPublishBatch(w http.ResponseWriter, r *http.Request) error {
 	if b.Messages == nil {
 		return badRequest("messages is required")
 	}
-	if len(b.Messages) > maxBatch {
-		return badRequest("at most %d messages per batch, got %d", maxBatch, len(b.Messages))
+	if err := checkBatchSize(len(b.Messages)); err != nil {
+		return err
 	}
-	results := n.publishBatch(r.Context(), b.Messages)
+	results := n.publishBatch(r.Context(), b.Messages, r.Header.Get("traceparent"))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(appendResults(make([]byte, 0, 16+64*len(results)), results))
@@ -549,23 +555,40 @@ func appendResults(dst []byte, results []any) []byte {
 // batchParallel bounds the targets a batch publishes to at once.
 const batchParallel = 64
 
-// publishBatch publishes every message of a batch. User messages without
-// an idempotency key go together (publishBulk: one pipeline of inbox
-// appends, one bus envelope per node). The rest (rooms, broadcasts,
-// messages with an idempotency key, and every message to a user that has
-// one of those in the batch) go through Publish: messages to the same
-// target one after the other, in order; different targets in parallel,
-// so that their backend round trips overlap (and the Redis backend
-// pipelines them).
-func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
-	results := make([]any, len(msgs))
+// publishBatch decodes the JSON messages of a batch and publishes them,
+// each with the trace context tp ("" for none).
+func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage, tp string) []any {
+	reqs := make([]PublishRequest, len(msgs))
+	errs := make([]error, len(msgs))
+	for i, raw := range msgs {
+		reqs[i], errs[i] = decodeBatchMessage(raw)
+		reqs[i].Traceparent = tp
+	}
+	return n.PublishBatch(ctx, reqs, errs)
+}
+
+// PublishBatch publishes every message of a batch whose decoding did not
+// fail (errs[i] == nil; errs may be nil): each result is a PublishResult
+// or {"error":...}, in the batch order. User messages without an
+// idempotency key or trace context go together (publishBulk: one
+// pipeline of inbox appends, one bus envelope per node). The rest (rooms,
+// broadcasts, messages with an idempotency key or a traceparent, and
+// every message to a user that has one of those in the batch) go through
+// Publish: messages to the same target one after the other, in order;
+// different targets in parallel, so that their backend round trips
+// overlap (and the Redis backend pipelines them).
+func (n *Node) PublishBatch(ctx context.Context, reqs []PublishRequest, errs []error) []any {
+	results := make([]any, len(reqs))
 	groups := map[protocol.Target][]int{}
 	var order []protocol.Target
-	reqs := make([]PublishRequest, len(msgs))
-	classes := make([]class, len(msgs))
+	classes := make([]class, len(reqs))
 	bulk := map[protocol.Target]bool{}
-	for i, raw := range msgs {
-		req, err := decodeBatchMessage(raw)
+	for i := range reqs {
+		var err error
+		if errs != nil {
+			err = errs[i]
+		}
+		req := &reqs[i]
 		if err == nil {
 			classes[i], err = req.Validate()
 		}
@@ -573,13 +596,12 @@ func (n *Node) publishBatch(ctx context.Context, msgs []json.RawMessage) []any {
 			results[i] = map[string]protocol.ErrorBody{"error": errorBody(err)}
 			continue
 		}
-		reqs[i] = req
 		ok, seen := bulk[req.Target]
 		if !seen {
 			order = append(order, req.Target)
 			ok = true
 		}
-		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == ""
+		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == "" && req.Traceparent == ""
 		groups[req.Target] = append(groups[req.Target], i)
 	}
 	sem := make(chan struct{}, batchParallel)
@@ -641,40 +663,18 @@ func (n *Node) apiLeave(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (n *Node) apiMembers(w http.ResponseWriter, r *http.Request) error {
-	room := r.PathValue("room")
-	if err := protocol.ValidName("room", room); err != nil {
-		return badRequest("%v", err)
-	}
-	members, err := n.backend.RoomMembers(r.Context(), room)
+	members, err := n.RoomMembers(r.Context(), r.PathValue("room"))
 	if err != nil {
-		return unavailable("room members", err)
-	}
-	if members == nil {
-		members = []string{}
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"members": members})
 	return nil
 }
 
-type presenceConn struct {
-	ConnID      string `json:"conn_id"`
-	Node        string `json:"node"`
-	ConnectedAt int64  `json:"connected_at"`
-	Device      string `json:"device"`
-}
-
 func (n *Node) apiPresence(w http.ResponseWriter, r *http.Request) error {
-	user := r.PathValue("user")
-	if err := protocol.ValidName("user", user); err != nil {
-		return badRequest("%v", err)
-	}
-	routes, err := n.backend.UserRoutes(r.Context(), user)
+	conns, err := n.Presence(r.Context(), r.PathValue("user"))
 	if err != nil {
-		return unavailable("routes", err)
-	}
-	conns := make([]presenceConn, 0, len(routes))
-	for _, rt := range routes {
-		conns = append(conns, presenceConn{ConnID: rt.ConnID, Node: rt.Node, ConnectedAt: rt.ConnectedAt, Device: cmp.Or(rt.Device, protocol.DefaultDevice)})
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"online": len(conns) > 0, "connections": conns})
 	return nil
@@ -697,90 +697,27 @@ func (n *Node) apiDisconnect(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("the body must be a JSON object {\"reason\":\"...\"}")
 		}
 	}
-	reason := b.Reason
-	if reason == "" {
-		reason = "disconnected by the server"
-	}
-	routes, err := n.backend.UserRoutes(r.Context(), user)
+	closed, err := n.DisconnectUser(r.Context(), user, b.Reason)
 	if err != nil {
-		return unavailable("routes", err)
+		return err
 	}
-	byNode := map[string][]string{}
-	for _, rt := range routes {
-		byNode[rt.Node] = append(byNode[rt.Node], rt.ConnID)
-	}
-	// N counts the closes confirmed within the request's time (their
-	// nodes go on being asked afterwards, see closeConns).
-	wait, cancel := context.WithTimeout(r.Context(), 4*time.Second)
-	defer cancel()
-	closed := n.closeConns(wait, user, byNode, protocol.CloseDisconnected, reason)
 	writeJSON(w, http.StatusOK, map[string]int{"disconnected": closed})
 	return nil
 }
 
-type nodeEntry struct {
-	ID             string  `json:"id"`
-	URL            string  `json:"url"`
-	Status         string  `json:"status"`
-	Connections    int     `json:"connections"`
-	Weight         int     `json:"weight"`
-	HeartbeatAgeMS int64   `json:"heartbeat_age_ms"`
-	StartedAt      int64   `json:"started_at"`
-	Version        string  `json:"version"`
-	Load           float64 `json:"load"`
-}
-
 func (n *Node) apiNodes(w http.ResponseWriter, r *http.Request) error {
-	nodes, err := n.backend.Nodes(r.Context())
+	nodes, err := n.ListNodes(r.Context())
 	if err != nil {
-		return unavailable("nodes", err)
+		return err
 	}
-	now := time.Now()
-	out := make([]nodeEntry, 0, len(nodes))
-	for _, x := range nodes {
-		if x.ID != n.cfg.NodeID && allocator.Stale(x, now, n.staleAfter()) {
-			continue // dead: no heartbeat for three periods
-		}
-		out = append(out, nodeEntry{ID: x.ID, URL: x.URL, Status: string(x.Status), Connections: x.Connections, Weight: x.Weight,
-			HeartbeatAgeMS: max(0, now.UnixMilli()-x.Heartbeat), StartedAt: x.StartedAt, Version: x.Version, Load: x.Load})
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": nodes})
 	return nil
 }
 
 func (n *Node) apiDrain(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("node")
-	if id == n.cfg.NodeID {
-		n.draining.Store(true) // new handshakes refused from now on
-		n.goFunc(func() { n.Drain("api") })
-		writeJSON(w, http.StatusAccepted, map[string]string{"node": id, "status": "draining"})
-		return nil
-	}
-	nodes, err := n.backend.Nodes(r.Context())
-	if err != nil {
-		return unavailable("nodes", err)
-	}
-	found := false
-	for _, x := range nodes {
-		if x.ID == id {
-			found = true
-		}
-	}
-	if !found {
-		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no node %q in the cluster", id)}
-	}
-	// The request is sent until the node answers or says draining (or is
-	// dead); the answer waits for that at most the request's time.
-	asked := make(chan struct{})
-	if !n.goFunc(func() {
-		defer close(asked)
-		n.ask(n.ctx, id, envelope{Kind: kindDrain}, n.drainNeeded(id))
-	}) {
-		return unavailable("drain", errors.New("node shutting down"))
-	}
-	select {
-	case <-asked:
-	case <-r.Context().Done():
+	if err := n.DrainNode(r.Context(), id); err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"node": id, "status": "draining"})
 	return nil

@@ -25,6 +25,8 @@ func apiCall(t *testing.T, n *testNode, method, path, key, body string) (int, ma
 	return resp.StatusCode, m
 }
 
+// The JSON decoding errors; the checks of every transport are in
+// api_transport_test.go.
 func TestAPIBadBodiesGetClearErrors(t *testing.T) {
 	n := startNode(t, nil)
 	for _, tc := range []struct {
@@ -59,76 +61,6 @@ func TestAPIBadBodiesGetClearErrors(t *testing.T) {
 	}
 	if status, m := apiCall(t, n, "GET", "/api/v1/nope", "k", ""); status != 404 || m["error"] == nil {
 		t.Errorf("unknown endpoint: %d %v", status, m)
-	}
-}
-
-func TestAPIBatchKeepsGoodMessages(t *testing.T) {
-	n := startNode(t, nil)
-	c := n.connect(t, "gus", "")
-	status, m := apiCall(t, n, "POST", "/api/v1/publish/batch", "k", `{"messages":[
-		{"target":{"type":"user","id":"gus"},"event":"one","reliable":true},
-		{"target":{"type":"nowhere"}},
-		{"target":{"type":"user","id":"gus"},"event":"two","reliable":true}]}`)
-	if status != 200 {
-		t.Fatalf("batch: %d %v", status, m)
-	}
-	res := m["results"].([]any)
-	if res[0].(map[string]any)["seq"].(float64) != 1 || res[1].(map[string]any)["error"] == nil || res[2].(map[string]any)["seq"].(float64) != 2 {
-		t.Fatalf("results %v", res)
-	}
-	if c.expect("message")["event"] != "one" || c.expect("message")["event"] != "two" {
-		t.Fatal("batch order")
-	}
-	big := `{"messages":[` + strings.Repeat(`{"target":{"type":"broadcast"}},`, 1000) + `{"target":{"type":"broadcast"}}]}`
-	if status, _ := apiCall(t, n, "POST", "/api/v1/publish/batch", "k", big); status != 400 {
-		t.Fatalf("1001 messages: %d", status)
-	}
-}
-
-func TestAPIPresenceMembersDisconnect(t *testing.T) {
-	n := startNode(t, nil)
-	c := n.connect(t, "hal", "")
-	if status, m := apiCall(t, n, "GET", "/api/v1/users/hal/presence", "k", ""); status != 200 || m["online"] != true || len(m["connections"].([]any)) != 1 {
-		t.Fatalf("presence %d %v", status, m)
-	}
-	if status, _ := apiCall(t, n, "PUT", "/api/v1/rooms/r1/members/hal", "k", ""); status != 204 {
-		t.Fatalf("join %d", status)
-	}
-	if _, m := apiCall(t, n, "GET", "/api/v1/rooms/r1/members", "k", ""); len(m["members"].([]any)) != 1 {
-		t.Fatalf("members %v", m)
-	}
-	if status, m := apiCall(t, n, "POST", "/api/v1/users/hal/disconnect", "k", `{"reason":"bye"}`); status != 200 || m["disconnected"].(float64) != 1 {
-		t.Fatalf("disconnect %d %v", status, m)
-	}
-	if code := c.waitClosed(5 * 1e9); code != 4003 {
-		t.Fatalf("close %d", code)
-	}
-	if status, _ := apiCall(t, n, "POST", "/api/v1/users/hal/disconnect", "k", `not json`); status != 400 {
-		t.Fatalf("bad disconnect body %d", status)
-	}
-	if status, _ := apiCall(t, n, "POST", "/api/v1/nodes/ghost/drain", "k", ""); status != 404 {
-		t.Fatalf("drain unknown node %d", status)
-	}
-}
-
-func TestPublishIdempotencyKey(t *testing.T) {
-	n := startNode(t, nil)
-	c := n.connect(t, "ivy", "")
-	body := `{"target":{"type":"user","id":"ivy"},"event":"once","reliable":true,"idempotency_key":"order-42"}`
-	s1, m1 := apiCall(t, n, "POST", "/api/v1/publish", "k", body)
-	s2, m2 := apiCall(t, n, "POST", "/api/v1/publish", "k", body)
-	if s1 != 200 || s2 != 200 || m1["id"] != m2["id"] || m1["seq"] != m2["seq"] {
-		t.Fatalf("retry answered differently: %v %v / %v %v", s1, m1, s2, m2)
-	}
-	c.expect("message")
-	// The retry delivered nothing: the next frame is the marker.
-	apiCall(t, n, "POST", "/api/v1/publish", "k", `{"target":{"type":"user","id":"ivy"},"event":"marker"}`)
-	if m := c.expect("message"); m["event"] != "marker" {
-		t.Fatalf("duplicate delivery: %v", m)
-	}
-	s3, m3 := apiCall(t, n, "POST", "/api/v1/publish", "k", `{"target":{"type":"user","id":"ivy"},"event":"other","reliable":true,"idempotency_key":"order-43"}`)
-	if s3 != 200 || m3["seq"].(float64) != 2 {
-		t.Fatalf("another key: %d %v", s3, m3)
 	}
 }
 

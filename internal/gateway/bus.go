@@ -51,6 +51,9 @@ type envelope struct {
 	// envelope that arrives later (it was sent from a Redis socket that
 	// hung, after the caller was told "unavailable").
 	Deadline int64 `json:"d,omitempty"`
+
+	// TP is the W3C traceparent of a traced message (kindMessage).
+	TP string `json:"tp,omitempty"`
 }
 
 func encodeEnvelope(e envelope, body []byte) []byte {
@@ -188,7 +191,9 @@ func (n *Node) onBus(payload []byte) {
 		if n.loseBus != nil && n.loseBus(e.Seq) {
 			return
 		}
-		n.deliverLocal(protocol.Target{Type: e.TType, ID: e.TID}, newDelivery(body, class(e.Class), e.Seq, e.PubAt))
+		t := protocol.Target{Type: e.TType, ID: e.TID}
+		n.deliverLocal(t, newDelivery(body, class(e.Class), e.Seq, e.PubAt))
+		n.logTraced(e.TP, t, e.Seq)
 	case kindMessages:
 		for len(body) > 0 {
 			rec, rest, ok := nextRecord(body)

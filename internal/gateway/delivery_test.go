@@ -145,7 +145,7 @@ func TestReliableSurvivesBackpressureEveryClass(t *testing.T) {
 						for j := i; j < i+40; j++ {
 							msgs = append(msgs, json.RawMessage(fmt.Sprintf(`{"target":{"type":"user","id":%q},"event":"e","data":%s,"reliable":true,"class":%q}`, user, payload, cl)))
 						}
-						for k, r := range n.publishBatch(context.Background(), msgs) {
+						for k, r := range n.publishBatch(context.Background(), msgs, "") {
 							if _, ok := r.(PublishResult); !ok {
 								t.Fatalf("batch message %d: %v", i+k, r)
 							}

@@ -85,8 +85,8 @@ func TestIdempotentRetryAfterStoredErrorStoresOnce(t *testing.T) {
 	}
 	// The same in a batch (keyed messages go through Publish).
 	b.fails.Store(1)
-	r1 := n.publishBatch(ctx, []json.RawMessage{raw(`{"target":{"type":"user","id":"ida"},"event":"e","data":3,"reliable":true,"idempotency_key":"k2"}`)})
-	r2 := n.publishBatch(ctx, []json.RawMessage{raw(`{"target":{"type":"user","id":"ida"},"event":"e","data":3,"reliable":true,"idempotency_key":"k2"}`)})
+	r1 := n.publishBatch(ctx, []json.RawMessage{raw(`{"target":{"type":"user","id":"ida"},"event":"e","data":3,"reliable":true,"idempotency_key":"k2"}`)}, "")
+	r2 := n.publishBatch(ctx, []json.RawMessage{raw(`{"target":{"type":"user","id":"ida"},"event":"e","data":3,"reliable":true,"idempotency_key":"k2"}`)}, "")
 	if _, failed := r1[0].(map[string]protocol.ErrorBody); !failed {
 		t.Fatalf("first batch try: %+v, want an error", r1[0])
 	}

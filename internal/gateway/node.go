@@ -34,6 +34,7 @@ import (
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/tracing"
 	"github.com/wsgate/wsgate/internal/upstream"
 )
 
@@ -90,6 +91,8 @@ type Node struct {
 	sink     upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
 	hc       *http.Client  // rpc calls and the webhook sink
 	rpcSlots chan struct{} // rpc calls in flight on this node
+
+	tracer *tracing.Tracer // nil: spans are not exported (SetTracer)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -211,8 +214,14 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		n.goFunc(n.writeLoop)
 	}
 	n.mux = n.routes()
+	// HTTP/2 also without TLS (prior knowledge), for plain-text gRPC.
+	protos := new(http.Protocols)
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(true)
+	protos.SetUnencryptedHTTP2(true)
 	n.srv = &http.Server{
-		Handler: n.mux,
+		Handler:   n.mux,
+		Protocols: protos,
 		// Contract §2: a request arrives whole (headers and body) within
 		// 10 s, else the connection is closed; idle ones go after 120 s.
 		ReadHeaderTimeout: handshakeTimeout,

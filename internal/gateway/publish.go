@@ -13,7 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/tracing"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -25,6 +29,10 @@ type PublishRequest struct {
 	Reliable       bool
 	Class          string
 	IdempotencyKey string
+	// Traceparent is the caller's W3C trace context (the traceparent
+	// header or metadata); the message carries it to the delivering
+	// nodes. An invalid value is ignored.
+	Traceparent string
 }
 
 // PublishResult is the API's answer to a publish.
@@ -174,6 +182,30 @@ func boolByte(b bool) byte {
 }
 
 func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id string) (PublishResult, error) {
+	if r.Traceparent != "" {
+		if p, ok := tracing.Parse(r.Traceparent); ok {
+			return n.publishTraced(ctx, r, cl, id, p)
+		}
+	}
+	return n.publishMsg(ctx, r, cl, id, "")
+}
+
+// publishTraced publishes a message with a trace context: under a span
+// (when spans are exported), logged with its trace id, the context sent
+// on with the message (tp of the envelopes).
+func (n *Node) publishTraced(ctx context.Context, r PublishRequest, cl class, id string, p tracing.Parent) (PublishResult, error) {
+	span := n.tracer.Start(ctx, "wsgate.publish", p, trace.SpanKindServer,
+		attribute.String("wsgate.target.type", r.Target.Type), attribute.String("wsgate.target.id", r.Target.ID),
+		attribute.String("wsgate.message.id", id), attribute.Bool("wsgate.reliable", r.Reliable))
+	res, err := n.publishMsg(ctx, r, cl, id, span.Parent(p).String())
+	span.End(err)
+	n.log.Info("publish", "message_id", id, "target_type", r.Target.Type, "target", r.Target.ID, "seq", res.Seq, "trace_id", p.TraceIDString(), "err", err)
+	return res, err
+}
+
+// publishMsg publishes a validated message; tp is the trace context its
+// envelopes carry ("" for none).
+func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, tp string) (PublishResult, error) {
 	now := time.Now()
 	msg := protocol.Message{ID: id, Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target}
 	res := PublishResult{ID: msg.ID}
@@ -214,7 +246,7 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 		online := len(n.lb.live(routes)) > 0
 		res.Online = &online
 		nodes := routeNodes(routes)
-		n.route(ctx, nodes, &msg, cl, now)
+		n.route(ctx, nodes, &msg, cl, now, tp)
 	case protocol.TargetRoom:
 		start := time.Now()
 		nodes, err := n.backend.RoomNodes(ctx, r.Target.ID)
@@ -222,7 +254,7 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 		if err != nil {
 			return PublishResult{}, unavailable("room nodes", err)
 		}
-		n.route(ctx, nodes, &msg, cl, now)
+		n.route(ctx, nodes, &msg, cl, now, tp)
 	case protocol.TargetBroadcast:
 		// Over the bus first: a broadcast answered 503 is delivered
 		// nowhere, so that a retry does not deliver it twice here.
@@ -232,7 +264,7 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 		defer cancel()
 		dl, _ := bctx.Deadline()
 		body := protocol.AppendMessageJSON(nil, &msg)
-		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli()}, body)
+		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli(), TP: tp}, body)
 		start := time.Now()
 		err := n.backend.Broadcast(bctx, env)
 		n.observe("bus", start, err)
@@ -240,6 +272,7 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 			return PublishResult{}, unavailable("broadcast", err)
 		}
 		n.deliverLocal(r.Target, newDelivery(body, cl, 0, now.UnixNano()))
+		n.logTraced(tp, r.Target, 0)
 	}
 	return res, nil
 }
@@ -251,8 +284,8 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 const busSendTimeout = 1500 * time.Millisecond
 
 // route delivers msg locally if this node is among nodes, and sends it to
-// the others over the bus.
-func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message, cl class, now time.Time) {
+// the others over the bus (with the trace context tp, if any).
+func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message, cl class, now time.Time, tp string) {
 	if len(nodes) == 0 {
 		return
 	}
@@ -261,6 +294,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	for _, id := range nodes {
 		if id == n.cfg.NodeID {
 			n.deliverLocal(msg.Target, newDelivery(body, cl, msg.Seq, now.UnixNano()))
+			n.logTraced(tp, msg.Target, msg.Seq)
 		} else {
 			remote = append(remote, id)
 		}
@@ -268,7 +302,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	if len(remote) == 0 {
 		return
 	}
-	env := encodeEnvelope(envelope{Kind: kindMessage, TType: msg.Target.Type, TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID}, body)
+	env := encodeEnvelope(envelope{Kind: kindMessage, TType: msg.Target.Type, TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID, TP: tp}, body)
 	start := time.Now()
 	err := n.backend.Send(ctx, remote, env)
 	n.observe("bus", start, err)
