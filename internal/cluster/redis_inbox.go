@@ -300,15 +300,24 @@ func (r *Redis) LastSeq(ctx context.Context, user string) (int64, error) {
 
 // LastSeqs implements Backend: one GET per user, pipelined.
 func (r *Redis) LastSeqs(ctx context.Context, users []string) ([]int64, error) {
-	out := make([]int64, len(users))
-	if len(users) == 0 {
+	keys := make([]string, len(users))
+	for i, u := range users {
+		keys[i] = r.k.seq(u)
+	}
+	return r.getInts(ctx, "last seqs", keys)
+}
+
+// getInts reads integer keys in one pipeline (0 for a missing key).
+func (r *Redis) getInts(ctx context.Context, op string, keys []string) ([]int64, error) {
+	out := make([]int64, len(keys))
+	if len(keys) == 0 {
 		return out, nil
 	}
-	err := r.do(ctx, "last seqs", true, func(ctx context.Context) error {
-		cmds := make([]*redis.StringCmd, len(users))
+	err := r.do(ctx, op, true, func(ctx context.Context) error {
+		cmds := make([]*redis.StringCmd, len(keys))
 		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, u := range users {
-				cmds[i] = p.Get(ctx, r.k.seq(u))
+			for i, k := range keys {
+				cmds[i] = p.Get(ctx, k)
 			}
 			return nil
 		})
