@@ -136,6 +136,10 @@ func AppendClientJSON(dst []byte, cf *ClientFrame, data json.RawMessage) []byte 
 		dst = append(dst, `,"room":`...)
 		dst = AppendJSONString(dst, cf.Room)
 	}
+	if cf.Since != nil {
+		dst = append(dst, `,"since":`...)
+		dst = strconv.AppendInt(dst, *cf.Since, 10)
+	}
 	if cf.Target != nil {
 		dst = append(dst, `,"target":{"type":`...)
 		dst = AppendJSONString(dst, cf.Target.Type)
@@ -168,6 +172,9 @@ func encodeClientMsgpack(cf *ClientFrame, data json.RawMessage) ([]byte, error) 
 	}
 	if cf.Room != "" {
 		obj["room"] = cf.Room
+	}
+	if cf.Since != nil {
+		obj["since"] = *cf.Since
 	}
 	if cf.Target != nil {
 		obj["target"] = map[string]any{"type": cf.Target.Type, "id": cf.Target.ID}
