@@ -36,7 +36,9 @@ func TestRoomPositionsDedupGapAndResume(t *testing.T) {
 	}})
 	ev := newEvents()
 	cfg := baseConfig(srv.URL, ev)
-	cfg.Handlers.OnRoomGap = func(room string, from, to, missed int64) { roomGaps <- fmt.Sprintf("%s %d %d %d", room, from, to, missed) }
+	cfg.Handlers.OnRoomGap = func(room string, from, to, missed int64) {
+		roomGaps <- fmt.Sprintf("%s %d %d %d", room, from, to, missed)
+	}
 	r := start(t, cfg)
 	var got []string
 	for range 5 {
