@@ -441,6 +441,25 @@ func (r *rawClient) currentSeq() int64 {
 	return s
 }
 
+// currentRoomSeq is the highest seq of room received on the current
+// connection, and whether that connection follows the room (its welcome
+// listed it, or one of its messages came).
+func (r *rawClient) currentRoomSeq(room string) (seq int64, follows bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil || len(r.conns) == 0 {
+		return 0, false
+	}
+	c := r.conns[len(r.conns)-1]
+	seq, follows = c.rooms[room]
+	for _, e := range c.events {
+		if e.room == room && e.kind == evMessage {
+			seq, follows = max(seq, e.seq), true
+		}
+	}
+	return seq, follows
+}
+
 // received lists the reliable seqs received on every connection, sorted,
 // with repeats.
 func (r *rawClient) received() []int64 {
