@@ -38,6 +38,11 @@ func checkRooms(rec *recorder, jobs map[int]*jobRec, conns []*connRec, o checkOp
 		s.jobs++
 		s.reliableJobs++
 		s.attempts += j.attempts
+		if j.answered {
+			s.answered++
+		} else if j.unknown {
+			s.unknown++
+		}
 		if answered[j.room] == nil {
 			answered[j.room] = map[int64]int{}
 		}
