@@ -81,6 +81,7 @@ func checkRooms(rec *recorder, jobs map[int]*jobRec, conns []*connRec, o checkOp
 	delivered := map[string]map[int64]bool{}
 	trimmed := map[string]map[int64]bool{} // reported gone by a room gap on some connection
 	followed := map[string]bool{}
+	jobSeqs := map[int][]int64{} // job -> the distinct room seqs it was delivered under
 	for _, c := range conns {
 		high := map[string]int64{}
 		started := map[string]bool{}
@@ -146,6 +147,9 @@ func checkRooms(rec *recorder, jobs map[int]*jobRec, conns []*connRec, o checkOp
 					delivered[e.room] = map[int64]bool{}
 				}
 				delivered[e.room][e.seq] = true
+				if !slices.Contains(jobSeqs[e.job], e.seq) {
+					jobSeqs[e.job] = append(jobSeqs[e.job], e.seq)
+				}
 				if a, ok := answered[e.room][e.seq]; ok && a != e.job {
 					report("wrong-message", "%s: room %s seq %d carried job %d, answered for job %d", connName(rec, c), e.room, e.seq, e.job, a)
 				}
@@ -155,6 +159,11 @@ func checkRooms(rec *recorder, jobs map[int]*jobRec, conns []*connRec, o checkOp
 			for room := range started {
 				holes(room, high[room]+1, top[room], "tail-hole", len(c.events)-1)
 			}
+		}
+	}
+	for job, qs := range jobSeqs {
+		if j := jobs[job]; j != nil && j.keyed && len(qs) > 1 {
+			report("stored-twice", "room %s: job %d (idempotency key) delivered under seqs %v; answered %v", j.room, job, qs, j.seqs)
 		}
 	}
 	rooms := make([]string, 0, len(answered))

@@ -65,31 +65,41 @@ func newRoomRun(t *testing.T, c *gwCluster, nodes []*gateway, rooms []string, us
 	return rr
 }
 
-// publishOne publishes one reliable message to room, retried on the next
-// live node for up to 20 s (without an idempotency key: a retry after a
-// 503 may store it twice, which the checker allows for such jobs).
-func (rr *roomRun) publishOne(room, event string) (job int, seq int64) {
-	job = int(rr.nextJob.Add(1))
+// publishRoomJob publishes job as one reliable message to room through
+// via, retried on the next node for up to 20 s (without an idempotency
+// key: a retry after a 503 may store it twice, which the checker allows
+// for such jobs), and returns the answered seq (0: given up).
+func publishRoomJob(l *ledger, via func() *gateway, job int, room, event string) (seq int64, failed int) {
 	body := toReliableRoom(room, event)
 	body.Data = map[string]int{"job": job}
-	rr.ledger.add(&jobRec{job: job, room: room, reliable: true})
+	l.add(&jobRec{job: job, room: room, reliable: true})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if g := rr.node(); g != nil {
+		if g := via(); g != nil {
 			a, st, err := g.publish(body)
-			rr.ledger.attemptOn(job, g.ID, st, a.Seq)
+			l.attemptOn(job, g.ID, st, a.Seq)
 			if err == nil && a.Seq > 0 {
-				rr.answered.Add(1)
-				return job, a.Seq
+				return a.Seq, failed
 			}
-			rr.failed.Add(1)
+			failed++
 		}
 		if time.Now().After(deadline) {
-			rr.gaveUp.Add(1)
-			return job, 0
+			return 0, failed
 		}
 		time.Sleep(50 * time.Millisecond) // pacing of the retry on the next node
 	}
+}
+
+func (rr *roomRun) publishOne(room, event string) (job int, seq int64) {
+	job = int(rr.nextJob.Add(1))
+	seq, failed := publishRoomJob(rr.ledger, rr.node, job, room, event)
+	rr.failed.Add(int64(failed))
+	if seq == 0 {
+		rr.gaveUp.Add(1)
+	} else {
+		rr.answered.Add(1)
+	}
+	return job, seq
 }
 
 // publish sends rate reliable room messages a second, round robin over the
@@ -114,40 +124,48 @@ func (rr *roomRun) publish(ctx context.Context, rate int) {
 	}
 }
 
-// check publishes one last message to every room, waits until every
-// member's current connection has it, stops the clients and runs the
-// checker.
-func (rr *roomRun) check(gapsAllowed bool) checkSummary {
-	t := rr.t
-	waitConnected(t, 30*time.Second, rr.clients)
+// roomFence publishes one last message to every room (jobs from
+// firstJob) and waits until every member's current connection has it:
+// then each has had the time to get everything before it. Members that do
+// not get it within d fail the test (the checker then says what is
+// missing where).
+func roomFence(t *testing.T, pre string, l *ledger, via func() *gateway, firstJob int, rooms []string, clients []*rawClient, d time.Duration) {
+	t.Helper()
+	waitConnected(t, 30*time.Second, clients)
 	last := map[string]int64{}
-	for _, room := range rr.rooms {
-		_, seq := rr.publishOne(room, "fence")
+	for i, room := range rooms {
+		seq, _ := publishRoomJob(l, via, firstJob+i, room, "fence")
 		if seq == 0 {
-			t.Fatalf("the last message to room %s was not answered", room)
+			t.Fatalf("%sthe last message to room %s was not answered", pre, room)
 		}
 		last[room] = seq
 	}
 	start := time.Now()
 	for {
 		var behind []string
-		for _, r := range rr.clients {
+		for _, r := range clients {
 			for room, want := range last {
-				if got, member := r.currentRoomSeq(room); member && got < want {
+				if got, follows := r.currentRoomSeq(room); follows && got < want {
 					behind = append(behind, fmt.Sprintf("%s at %d of %d in %s", r.name, got, want, room))
 				}
 			}
 		}
 		if len(behind) == 0 {
-			t.Logf("every member's connection got the last room message %s after it was published", time.Since(start).Round(time.Millisecond))
-			break
+			t.Logf("%severy member's connection got the last room message %s after it was published", pre, time.Since(start).Round(time.Millisecond))
+			return
 		}
-		if time.Since(start) > 30*time.Second {
-			t.Errorf("%d members did not get the last room message within 30s: %v", len(behind), head(behind, 10))
-			break
+		if time.Since(start) > d {
+			t.Errorf("%s%d members did not get the last room message within %s: %v", pre, len(behind), d, head(behind, 10))
+			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// check fences the rooms, stops the clients and runs the checker.
+func (rr *roomRun) check(gapsAllowed bool) checkSummary {
+	t := rr.t
+	roomFence(t, "", rr.ledger, rr.node, 3_000_000, rr.rooms, rr.clients, 30*time.Second)
 	var conns []*connRec
 	for _, r := range rr.clients {
 		r.stop()
