@@ -199,7 +199,9 @@ func TestCheckerReportsRoomViolations(t *testing.T) {
 	msg := func(seq int64) event {
 		return event{at: at(int(seq)), kind: evMessage, seq: seq, job: 100 + int(seq), id: fmt.Sprintf("r%d", seq), room: "r"}
 	}
-	gap := func(from, to int64) event { return event{at: at(0), kind: evGap, from: from, to: to, job: -1, room: "r"} }
+	gap := func(from, to int64) event {
+		return event{at: at(0), kind: evGap, from: from, to: to, job: -1, room: "r"}
+	}
 	mkLedger := func() *ledger {
 		l := newLedger(rec)
 		for q := int64(1); q <= 5; q++ {

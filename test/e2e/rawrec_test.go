@@ -80,7 +80,7 @@ type connRec struct {
 	inboxSeq  int64
 	roomSince map[string]int64 // room_since of the handshake
 	rooms     map[string]int64 // the welcome's rooms
-	dialAt    time.Time // the dial started
+	dialAt    time.Time        // the dial started
 	welcomeAt time.Time
 	slow      bool // the reader stopped reading for a while on it
 
