@@ -357,7 +357,12 @@ func (r *Redis) masterFor(ctx context.Context, key string) (*redis.Client, error
 // stream per master, so a write made now (to a key of the user's slot)
 // and confirmed by WAIT covers every write the read saw.
 func (r *Redis) confirmReplicated(ctx context.Context, user string) error {
-	key := r.k.confirm(user)
+	return r.confirmKey(ctx, r.k.confirm(user), "inbox read of "+user)
+}
+
+// confirmKey is confirmReplicated with the key written (in the slot of
+// what was read) and what the read was, for the error.
+func (r *Redis) confirmKey(ctx context.Context, key, what string) error {
 	c, err := r.masterFor(ctx, key)
 	if err != nil {
 		return r.wrap("confirm read", err)
@@ -370,7 +375,7 @@ func (r *Redis) confirmReplicated(ctx context.Context, user string) error {
 		return r.wrap("confirm read", err)
 	}
 	if n := wait.Val(); n < int64(r.opt.Replicas) {
-		return fmt.Errorf("%w: inbox read of %s confirmed by %d of %d replicas", ErrNotReplicated, user, n, r.opt.Replicas)
+		return fmt.Errorf("%w: %s confirmed by %d of %d replicas", ErrNotReplicated, what, n, r.opt.Replicas)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ package cluster
 //	{P:r:ROOM}:hist       zset  history of a reliable room, as the inbox:
 //	                            score = seq, member = "seq:expiresAtMs:" +
 //	                            payload; key PEXPIRE history TTL
+//	{P:r:ROOM}:confirm    string, as {P:u:USER}:confirm for history reads
 //	{P:r:ROOM}:idem:KEY   string seq that the room append with idempotency
 //	                            key KEY stored (RoomAppend.Key); PX KeyLifetime
 //	{P:u:USER}:idem:KEY   string seq that the append with idempotency key
@@ -63,6 +64,7 @@ func (k redisKeys) roomMembers(room string) string { return "{" + k.p + ":r:" + 
 func (k redisKeys) roomNodes(room string) string   { return "{" + k.p + ":r:" + room + "}:nodes" }
 func (k redisKeys) roomSeq(room string) string     { return "{" + k.p + ":r:" + room + "}:seq" }
 func (k redisKeys) roomHist(room string) string    { return "{" + k.p + ":r:" + room + "}:hist" }
+func (k redisKeys) roomConfirm(room string) string { return "{" + k.p + ":r:" + room + "}:confirm" }
 func (k redisKeys) roomIdem(room, key string) string {
 	return "{" + k.p + ":r:" + room + "}:idem:" + key
 }

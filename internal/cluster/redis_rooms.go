@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // AppendRooms implements Backend with the inbox's append script
@@ -124,6 +126,14 @@ func (r *Redis) ReadRoom(ctx context.Context, room string, since int64, most int
 	last, _ := reply[0].(int64)
 	first, _ := reply[2].(int64)
 	members, _ := reply[3].([]any)
+	if len(members) > 0 && r.opt.Replicas > 0 {
+		// As for the inbox (confirmReplicated): a message whose append
+		// was answered ErrNotReplicated is visible here at once, and a
+		// failover could give its seq to another message.
+		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "history read of room "+room); err != nil {
+			return InboxRead{}, err
+		}
+	}
 	out := InboxRead{LastSeq: last}
 	out.GapFrom, out.GapTo = inboxGap(since, 0, first, last)
 	for _, m := range members {
@@ -140,11 +150,32 @@ func (r *Redis) ReadRoom(ctx context.Context, room string, since int64, most int
 	return out, nil
 }
 
-// RoomSeqs implements Backend: one GET per room, pipelined.
+// RoomSeqs implements Backend: one GET per room, pipelined. With
+// RedisOptions.Replicas > 0 the seqs read are confirmed replicated as a
+// history read is (a connection starts a room at its seq: an unreplicated
+// seq lost in a failover would be given to the next message, which the
+// connection would take for a duplicate): once for a single master, per
+// room on Redis Cluster.
 func (r *Redis) RoomSeqs(ctx context.Context, rooms []string) ([]int64, error) {
 	keys := make([]string, len(rooms))
 	for i, room := range rooms {
 		keys[i] = r.k.roomSeq(room)
 	}
-	return r.getInts(ctx, "room seqs", keys)
+	seqs, err := r.getInts(ctx, "room seqs", keys)
+	if err != nil || r.opt.Replicas == 0 {
+		return seqs, err
+	}
+	_, perRoom := r.c.(*redis.ClusterClient)
+	for i, room := range rooms {
+		if seqs[i] == 0 {
+			continue
+		}
+		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "seq read of room "+room); err != nil {
+			return nil, err
+		}
+		if !perRoom {
+			break
+		}
+	}
+	return seqs, nil
 }
