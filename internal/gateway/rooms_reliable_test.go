@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
@@ -125,6 +127,9 @@ func TestReliableRoomTrimmedGivesOneGap(t *testing.T) {
 	join(t, n, "news", "bob")
 	for i := 1; i <= 7; i++ {
 		reliableRoom(t, n, "news", i)
+	}
+	if got := testutil.ToFloat64(n.metrics.RoomHistory); got != 7 {
+		t.Errorf("wsgate_room_history_messages_total = %v, want 7", got)
 	}
 	c := n.connect(t, "bob", "?room_since=news:2")
 	seqs, ev := roomSeqsOf(t, c, "news", 7)
