@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
@@ -128,7 +128,9 @@ func TestReliableRoomTrimmedGivesOneGap(t *testing.T) {
 	for i := 1; i <= 7; i++ {
 		reliableRoom(t, n, "news", i)
 	}
-	if got := testutil.ToFloat64(n.metrics.RoomHistory); got != 7 {
+	var m dto.Metric
+	if err := n.metrics.RoomHistory.Write(&m); err != nil || m.GetCounter().GetValue() != 7 {
+		got := m.GetCounter().GetValue()
 		t.Errorf("wsgate_room_history_messages_total = %v, want 7", got)
 	}
 	c := n.connect(t, "bob", "?room_since=news:2")
