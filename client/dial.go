@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +27,9 @@ type DialOptions struct {
 	User     string   // ?user= for insecure servers; empty = not sent
 	Since    *int64   // ?since= resume point; nil = not sent
 	Device   string   // ?device= (see Config.Device); empty = not sent
-	Format   protocol.Format
+	// RoomSince resumes reliable rooms: one ?room_since=ROOM:SEQ each.
+	RoomSince map[string]int64
+	Format    protocol.Format
 
 	// LocalAddr is the source IP of the TCP connection; empty = any.
 	LocalAddr string
@@ -60,7 +63,9 @@ type Welcome struct {
 	PingInterval time.Duration
 	InboxSeq     int64  // highest reliable seq ever assigned to the user
 	Device       string // the connection's device ("default" when none was sent)
-	URL          string // the URL dialled (without the query Dial added)
+	// Rooms maps each reliable room the user is a member of to its seq.
+	Rooms map[string]int64
+	URL   string // the URL dialled (without the query Dial added)
 }
 
 // subprotocol is the one the server selects when the token comes as
@@ -153,6 +158,7 @@ func (c *Conn) readWelcome(ctx context.Context, deadline time.Time) (*Welcome, e
 		ConnID: pw.ConnID, Node: pw.Node, User: pw.User,
 		PingInterval: time.Duration(pw.PingIntervalMS) * time.Millisecond,
 		InboxSeq:     pw.InboxSeq, Device: pw.Device,
+		Rooms: pw.Rooms,
 	}, nil
 }
 
@@ -194,6 +200,14 @@ func handshakeURL(rawURL string, o DialOptions) (string, error) {
 	}
 	if o.Format == protocol.MsgPack {
 		q.Set("format", o.Format.String())
+	}
+	rooms := make([]string, 0, len(o.RoomSince))
+	for room := range o.RoomSince {
+		rooms = append(rooms, room)
+	}
+	slices.Sort(rooms)
+	for _, room := range rooms {
+		q.Add("room_since", room+":"+strconv.FormatInt(o.RoomSince[room], 10))
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil

@@ -19,14 +19,15 @@ type ServerFrame struct {
 	Type string `json:"type" msgpack:"type"`
 
 	// welcome
-	ConnID         string `json:"conn_id" msgpack:"conn_id"`
-	Node           string `json:"node" msgpack:"node"`
-	User           string `json:"user" msgpack:"user"`
-	PingIntervalMS int64  `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
-	InboxSeq       int64  `json:"inbox_seq" msgpack:"inbox_seq"`
-	Device         string `json:"device" msgpack:"device"`
+	ConnID         string           `json:"conn_id" msgpack:"conn_id"`
+	Node           string           `json:"node" msgpack:"node"`
+	User           string           `json:"user" msgpack:"user"`
+	PingIntervalMS int64            `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
+	InboxSeq       int64            `json:"inbox_seq" msgpack:"inbox_seq"`
+	Rooms          map[string]int64 `json:"rooms" msgpack:"rooms"` // v2: reliable rooms and their seqs
+	Device         string           `json:"device" msgpack:"device"`
 
-	// message, reply (ID, Seq)
+	// message (and gap: Target is a room's for its history), reply (ID, Seq)
 	ID     string          `json:"id" msgpack:"id"`
 	Event  string          `json:"event" msgpack:"event"`
 	Data   json.RawMessage `json:"data" msgpack:"-"` // always JSON, also on MsgPack connections
@@ -108,7 +109,7 @@ func (sf *ServerFrame) AsMessage() Message {
 func (sf *ServerFrame) AsWelcome() Welcome {
 	return Welcome{
 		Type: TypeWelcome, ConnID: sf.ConnID, Node: sf.Node, User: sf.User,
-		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq, Device: sf.Device,
+		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq, Device: sf.Device, Rooms: sf.Rooms,
 	}
 }
 
@@ -148,6 +149,10 @@ func AppendClientJSON(dst []byte, cf *ClientFrame, data json.RawMessage) []byte 
 	if cf.Room != "" {
 		dst = append(dst, `,"room":`...)
 		dst = AppendJSONString(dst, cf.Room)
+	}
+	if cf.Since != nil {
+		dst = append(dst, `,"since":`...)
+		dst = strconv.AppendInt(dst, *cf.Since, 10)
 	}
 	if cf.Target != nil {
 		dst = append(dst, `,"target":{"type":`...)
@@ -189,6 +194,9 @@ func encodeClientMsgpack(cf *ClientFrame, data json.RawMessage) ([]byte, error) 
 	}
 	if cf.Room != "" {
 		obj["room"] = cf.Room
+	}
+	if cf.Since != nil {
+		obj["since"] = *cf.Since
 	}
 	if cf.Target != nil {
 		obj["target"] = map[string]any{"type": cf.Target.Type, "id": cf.Target.ID}

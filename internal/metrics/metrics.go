@@ -33,6 +33,7 @@ type Metrics struct {
 	BusReceived       *prometheus.CounterVec // kind
 	TokenRefresh      *prometheus.CounterVec // result
 	KeySetFetches     *prometheus.CounterVec // result
+	RoomHistory       prometheus.Counter     // messages stored in reliable rooms' histories (v2)
 
 	Upstream // v2: sinks and rpc (upstream.go)
 }
@@ -93,6 +94,8 @@ func New() *Metrics {
 	m.BusReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_bus_received_total", Help: "Envelopes this node received from the cluster bus, by kind (message, kick, room, drain, done)."}, []string{"kind"})
 	m.TokenRefresh = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_token_refresh_total", Help: "Refresh frames, by result (ok, invalid, other_user)."}, []string{"result"})
 	m.KeySetFetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_jwks_fetch_total", Help: "Fetches of the JWKS key set (WSGATE_JWKS_URL), by result (ok, error)."}, []string{"result"})
+	m.RoomHistory = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_room_history_messages_total", Help: "Reliable room messages this node stored in their room's history."})
+	f(m.RoomHistory)
 	for _, c := range []prometheus.Collector{m.TokenRefresh, m.KeySetFetches, m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)

@@ -159,6 +159,7 @@ func TestCampaign(t *testing.T) {
 	}
 	waitConnected(t, 30*time.Second, cp.clients)
 	t.Logf("%d clients of %d users on %d devices connected (%d may stop reading)", len(cp.clients), len(cp.users), countDevices(cp.clients), len(cp.slowOK))
+	cp.joinRooms(rand.New(rand.NewPCG(cp.seed, 5)))
 
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -172,6 +173,7 @@ func TestCampaign(t *testing.T) {
 	bg.Wait()
 	t.Logf("%spublisher stopped after %s; faults: %s", cp.pre, time.Since(cp.rec.start).Round(time.Millisecond), strings.Join(cp.faults, "; "))
 	cp.quiet()
+	cp.roomQuiet()
 	for _, r := range cp.clients {
 		r.stop()
 	}
@@ -363,7 +365,7 @@ func (cp *campaign) publish(ctx context.Context, rng *rand.Rand) {
 		if m.Reliable {
 			m.IdempotencyKey = fmt.Sprintf("cp-%d-%d", cp.seed, job)
 		}
-		cp.ledger.add(&jobRec{job: job, user: m.Target.ID, reliable: m.Reliable, keyed: m.Reliable, class: m.Class})
+		cp.ledger.add(cp.roomJob(rng, &m))
 		return m
 	}
 	for {

@@ -37,6 +37,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) cluster.Backend) {
 		{"Rooms", roomTests},
 		{"Inbox", inboxTests},
 		{"Devices", deviceTests},
+		{"History", historyTests},
 		{"Bus", busTests},
 		{"Misc", miscTests},
 	}
