@@ -381,7 +381,7 @@ func TestAPIPublishErrors(t *testing.T) {
 		}{
 			{PublishRequest{Target: protocolTarget("planet", "x")}, "target.type"},
 			{PublishRequest{Target: u, Class: "urgent"}, "class"},
-			{PublishRequest{Target: protocolTarget("room", "r"), Reliable: true}, "reliable"},
+			{PublishRequest{Target: protocolTarget("broadcast", ""), Reliable: true}, "reliable"},
 			{PublishRequest{Target: protocolTarget("user", "")}, "target."},
 			{PublishRequest{Event: "e"}, "target"},
 			{PublishRequest{Target: u, Event: strings.Repeat("e", 300)}, "event"},
