@@ -16,6 +16,7 @@ import (
 // Validate checks them.
 type Gateway struct {
 	Listen       string // host:port of the HTTP server
+	AdminListen  string // host:port of the admin listener (API, metrics, console, profiler); empty = all on Listen
 	NodeID       string // unique node id; Finish: hostname-<6 hex>
 	AdvertiseURL string // ws(s):// URL clients use; Finish derives it from Listen
 
@@ -100,7 +101,9 @@ func NewDevSet(cfg *Gateway) *Set {
 }
 
 func registerGateway(s *Set, c *Gateway) {
-	s.String(&c.Listen, "listen", ":8080", "HTTP listen address (WebSocket, API, metrics, console)")
+	s.String(&c.Listen, "listen", ":8080", "HTTP listen address (WebSocket, and API, metrics and console unless admin-listen is set)")
+	s.String(&c.AdminListen, "admin-listen", "", "listen address of the admin plane: the server API, /metrics, the console and the profiler; "+
+		"when set, the listen address serves only /ws, /healthz, /readyz, /v1/allocate and /client/wsgate.js (and /demo in dev)")
 	s.String(&c.NodeID, "node-id", "", "unique node id (letters, digits, . _ -)").
 		DefaultText("hostname-<6 random hex digits>")
 	s.String(&c.AdvertiseURL, "advertise-url", "", "the ws:// or wss:// URL clients use to reach this node").
@@ -143,7 +146,8 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Int(&c.ReliableReplicas, "reliable-replicas", 0, "Redis replicas (WAIT) that must have a reliable message before the publish is answered (0 = do not wait)")
 	s.Duration(&c.HeartbeatInterval, "heartbeat-interval", 2*time.Second, "period of the node record report (load, status, heartbeat)")
 	s.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	s.String(&c.DebugListen, "debug-listen", "", "listen address of the Go profiler (/debug/pprof/); empty = off. Keep it on loopback")
+	s.String(&c.DebugListen, "debug-listen", "", "listen address of the Go profiler (/debug/pprof/) for loopback peers only; empty = off "+
+		"(the profiler is also on the admin listener, and without one on the listen address for loopback peers)")
 	s.Bool(&c.Dev, "dev", false, "dev mode (set by the dev subcommand)").Hide()
 }
 

@@ -95,8 +95,11 @@ type Node struct {
 	hsCtx    context.Context
 	hsCancel context.CancelFunc
 
-	mux      *http.ServeMux
+	mux      *http.ServeMux // WSGATE_LISTEN (surface.go)
 	srv      *http.Server
+	adminMux *http.ServeMux // WSGATE_ADMIN_LISTEN; nil without it
+	adminSrv *http.Server
+	keyFails *auth.RateLimiter // failed API-key attempts per client IP (apikey.go)
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
 	partial  sync.Map                 // *conn -> Unix s its unfinished frame or message began (reader.go)
 }
@@ -175,9 +178,18 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	for i := 0; i < max(2, runtime.GOMAXPROCS(0)); i++ {
 		n.goFunc(n.writeLoop)
 	}
-	n.mux = n.routes()
-	n.srv = &http.Server{
-		Handler: n.mux,
+	n.keyFails = newKeyFailLimiter()
+	n.mux, n.adminMux = n.routes()
+	n.srv = n.httpServer(n.mux)
+	if n.adminMux != nil {
+		n.adminSrv = n.httpServer(n.adminMux)
+	}
+	return n, nil
+}
+
+func (n *Node) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler: h,
 		// Contract §2: a request arrives whole (headers and body) within
 		// 10 s, else the connection is closed; idle ones go after 120 s.
 		ReadHeaderTimeout: handshakeTimeout,
@@ -186,7 +198,6 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		MaxHeaderBytes:    maxRequestHeader,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
-	return n, nil
 }
 
 // goFunc starts a goroutine the node owns: Shutdown waits for it. Once
@@ -233,7 +244,9 @@ func (n *Node) goHandshake(f func()) bool {
 	return true
 }
 
-// Handler is the node's whole HTTP surface (WebSocket, API, metrics, web).
+// Handler is the handler of WSGATE_LISTEN: the node's whole HTTP surface
+// (WebSocket, API, metrics, web), or its public part when an admin
+// listener is configured (see AdminHandler).
 func (n *Node) Handler() http.Handler { return n.mux }
 
 // Metrics returns the node's collectors.
@@ -296,6 +309,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.hsCancel()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = n.srv.Shutdown(sctx)
+	if n.adminSrv != nil {
+		_ = n.adminSrv.Shutdown(sctx)
+	}
 	cancel()
 	n.hs.Wait()
 	for _, c := range n.hub.all() {

@@ -31,6 +31,8 @@ type Metrics struct {
 	DrainRemaining    prometheus.Gauge
 	Closes            *prometheus.CounterVec // code
 	BusReceived       *prometheus.CounterVec // kind
+	APIKeyFailures    *prometheus.CounterVec // result: refused (401), throttled (429)
+	PartialBytes      prometheus.Gauge       // bytes held for unfinished client frames, node-wide
 }
 
 // Handshake rejection reasons.
@@ -80,7 +82,9 @@ func New() *Metrics {
 	m.DrainRemaining = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_drain_remaining", Help: "Connections left to move while draining."})
 	m.Closes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_connection_closes_total", Help: "Connections closed, by close code (0: without a close frame)."}, []string{"code"})
 	m.BusReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_bus_received_total", Help: "Envelopes this node received from the cluster bus, by kind (message, kick, room, drain, done)."}, []string{"kind"})
-	for _, c := range []prometheus.Collector{m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
+	m.APIKeyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_api_key_failures_total", Help: "Server API requests refused for their key: refused (401, a wrong or missing key) or throttled (429, too many failures from the client IP)."}, []string{"result"})
+	m.PartialBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_partial_frame_bytes", Help: "Bytes held for unfinished client frames and fragmented messages, all connections of the node."})
+	for _, c := range []prometheus.Collector{m.APIKeyFailures, m.PartialBytes, m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)
 	}
@@ -102,6 +106,9 @@ func New() *Metrics {
 	}
 	for _, r := range []string{DropQueueFull, DropNotifyWait, DropSlowClose, DropClosed, DropEncode, DropRateLimited} {
 		m.Dropped.WithLabelValues(r)
+	}
+	for _, r := range []string{"refused", "throttled"} {
+		m.APIKeyFailures.WithLabelValues(r)
 	}
 	for _, r := range []string{RejectBadRequest, RejectUnauthorized, RejectOrigin, RejectRate, RejectConnLimit, RejectUnavailable} {
 		m.HandshakeRejected.WithLabelValues(r)
