@@ -99,7 +99,7 @@ type Node struct {
 	srv      *http.Server
 	adminMux *http.ServeMux // WSGATE_ADMIN_LISTEN; nil without it
 	adminSrv *http.Server
-	keyFails *auth.RateLimiter // failed API-key attempts per client IP (apikey.go)
+	keyFails *auth.RateLimiter        // failed API-key attempts per client IP (apikey.go)
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
 	partial  sync.Map                 // *conn -> Unix s its unfinished frame or message began (reader.go)
 }
