@@ -61,6 +61,7 @@ func runGateway(args []string, dev bool) int {
 			fmt.Fprintf(os.Stderr, "wsgate %s: WSGATE_ADMIN_LISTEN %q: %v\n", set.Command, cfg.AdminListen, err)
 			return 2
 		}
+		cfg.AdminListen = adminLn.Addr().String() // the bound port (the node record's api_url)
 	}
 	if cfg.AdvertiseURL == "" {
 		cfg.AdvertiseURL = config.AdvertiseURLFor(ln.Addr().String(), cfg.TLSCertFile != "")

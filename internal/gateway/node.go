@@ -362,7 +362,7 @@ func (n *Node) info() cluster.NodeInfo {
 	return cluster.NodeInfo{
 		ID:          n.cfg.NodeID,
 		URL:         n.cfg.AdvertiseURL,
-		APIURL:      apiURL(n.cfg.AdvertiseURL),
+		APIURL:      apiURL(n.cfg.AdvertiseURL, n.cfg.AdminListen),
 		Status:      n.Status(),
 		Weight:      int(n.weight.Load()),
 		Connections: n.hub.count(),

@@ -31,6 +31,7 @@ func (n *Node) routes() (public, admin *http.ServeMux) {
 	admin = http.NewServeMux()
 	admin.HandleFunc("GET /healthz", n.serveHealth)
 	admin.HandleFunc("GET /readyz", n.serveReady)
+	admin.HandleFunc("GET /v1/allocate", n.serveAllocate) // for in-cluster callers too
 	n.adminRoutes(admin, false)
 	return public, admin
 }
