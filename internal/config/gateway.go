@@ -33,6 +33,7 @@ type Gateway struct {
 	AllowedOrigins   []string // allowed Origin values, "*" = any; empty = same host
 
 	MaxMessageBytes    int
+	PartialFrameBudget int // bytes held for unfinished client frames, node-wide; 0 = no limit
 	MaxConnsPerIP      int     // 0 = no limit
 	MaxConnsPerUser    int     // 0 = no limit, cluster-wide
 	HandshakeRatePerIP float64 // per second, 0 = no limit
@@ -123,6 +124,8 @@ func registerGateway(s *Set, c *Gateway) {
 	s.List(&c.AllowedOrigins, "allowed-origins", nil, "comma list of allowed Origin values (* allows any); "+
 		"empty = an Origin header must be same-host; requests without Origin are allowed")
 	s.Int(&c.MaxMessageBytes, "max-message-bytes", 65536, "largest client frame in bytes (128 to 16 MiB)")
+	s.Int(&c.PartialFrameBudget, "partial-frame-budget", 64<<20, "bytes the node holds for client frames not yet complete, all connections together; "+
+		"past it the connections holding the most are closed with 1008 (0 = no limit)")
 	s.Int(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "concurrent connections per client IP on this node (0 = no limit)")
 	s.Int(&c.MaxConnsPerUser, "max-conns-per-user", 0, "concurrent connections per user, cluster-wide (0 = no limit)")
 	s.Float(&c.HandshakeRatePerIP, "handshake-rate-per-ip", 0, "handshakes per second per client IP on this node, burst = rate (0 = no limit)")

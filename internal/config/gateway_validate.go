@@ -38,6 +38,7 @@ func (c *Gateway) Validate() error {
 	}
 
 	v.intRange("max-message-bytes", c.MaxMessageBytes, MinMessageBytes, MaxMessageBytes)
+	v.notNegative("partial-frame-budget", c.PartialFrameBudget)
 	v.notNegative("max-conns-per-ip", c.MaxConnsPerIP)
 	v.notNegative("max-conns-per-user", c.MaxConnsPerUser)
 	v.rate("handshake-rate-per-ip", c.HandshakeRatePerIP)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,6 +75,8 @@ type conn struct {
 	lat  []latMark // live message frames in wbuf and outq, in order, for the latency histogram
 	rbuf []byte    // unparsed inbound bytes (a split frame); reader only
 	frag *fragment // a fragmented message being assembled; reader only
+	held atomic.Int64 // bytes of rbuf and frag counted in the node's partial-frame budget (budget.go)
+	shed bool         // under mu: closed by the partial-frame budget; its reader keeps no partial data
 	x    *connExtra
 	fb   *flushBatch // set while a large fan-out queues on this connection
 
@@ -438,6 +441,7 @@ func (c *conn) teardownLocked(why string) {
 		c.n.metrics.Closes.WithLabelValues("0").Inc()
 	}
 	c.state = stClosed
+	c.n.partialBytes.Add(-c.held.Swap(0))
 	if c.tlsc != nil {
 		c.tlsc.close()
 	} else {

@@ -102,6 +102,9 @@ type Node struct {
 	keyFails *auth.RateLimiter        // failed API-key attempts per client IP (apikey.go)
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
 	partial  sync.Map                 // *conn -> Unix s its unfinished frame or message began (reader.go)
+
+	partialBytes atomic.Int64 // bytes held for unfinished client frames, all connections (budget.go)
+	shedMu       sync.Mutex   // one budget enforcement at a time
 }
 
 // New builds a node from a validated configuration; backend is the

@@ -60,6 +60,7 @@ func (c *conn) feed(b []byte) {
 func (c *conn) consume(data []byte) bool {
 	was := c.holdsPartial()
 	defer func() {
+		c.accountPartial()
 		// Only the transitions touch the node's map (see expirePartial).
 		if is := c.holdsPartial(); is && !was {
 			c.n.partial.Store(c, time.Now().Unix())
