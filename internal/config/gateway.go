@@ -33,7 +33,7 @@ type Gateway struct {
 	AllowedOrigins   []string // allowed Origin values, "*" = any; empty = same host
 
 	MaxMessageBytes    int
-	PartialFrameBudget int // bytes held for unfinished client frames, node-wide; 0 = no limit
+	PartialFrameBudget int     // bytes held for unfinished client frames, node-wide; 0 = no limit
 	MaxConnsPerIP      int     // 0 = no limit
 	MaxConnsPerUser    int     // 0 = no limit, cluster-wide
 	HandshakeRatePerIP float64 // per second, 0 = no limit

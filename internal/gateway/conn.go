@@ -70,11 +70,11 @@ type conn struct {
 	ip     string       // kept only when WSGATE_MAX_CONNS_PER_IP is set
 	claims *auth.Claims // kept only when the token has rooms or pub claims
 
-	outq [][]byte  // queued frames, each a whole WebSocket frame
-	wbuf []byte    // unsent rest of a short write
-	lat  []latMark // live message frames in wbuf and outq, in order, for the latency histogram
-	rbuf []byte    // unparsed inbound bytes (a split frame); reader only
-	frag *fragment // a fragmented message being assembled; reader only
+	outq [][]byte     // queued frames, each a whole WebSocket frame
+	wbuf []byte       // unsent rest of a short write
+	lat  []latMark    // live message frames in wbuf and outq, in order, for the latency histogram
+	rbuf []byte       // unparsed inbound bytes (a split frame); reader only
+	frag *fragment    // a fragmented message being assembled; reader only
 	held atomic.Int64 // bytes of rbuf and frag counted in the node's partial-frame budget (budget.go)
 	shed bool         // under mu: closed by the partial-frame budget; its reader keeps no partial data
 	x    *connExtra
