@@ -38,6 +38,9 @@ func runGateway(args []string, dev bool) int {
 	if err == nil && !dev {
 		err = cfg.CheckSecrets()
 	}
+	if err == nil && !dev {
+		err = set.CheckPlaceholders()
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "wsgate %s: %v\n", set.Command, err)
 		return 2

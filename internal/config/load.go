@@ -106,6 +106,19 @@ func (s *Set) Load(args []string, env func(string) (string, bool)) error {
 	return s.readSecretFiles()
 }
 
+// CheckPlaceholders refuses every secret setting (see Setting.Secret)
+// whose value starts with SecretPlaceholder, e.g. WSGATE_UPSTREAM_SECRET
+// left at a manifest's CHANGE-ME value.
+func (s *Set) CheckPlaceholders() error {
+	var v checker
+	for _, st := range s.settings {
+		if st.redact == hideAll {
+			v.secret(st.name, st.current(), 0)
+		}
+	}
+	return v.err
+}
+
 // readSecretFiles sets each secret whose _FILE form is set from its file
 // (trailing CR LF or LF trimmed). Setting both forms is an error.
 func (s *Set) readSecretFiles() error {

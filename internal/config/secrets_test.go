@@ -44,6 +44,18 @@ func TestSecretFileForms(t *testing.T) {
 	}
 }
 
+// Every secret setting, present and future, refuses the placeholder.
+func TestCheckPlaceholders(t *testing.T) {
+	cfg := new(Gateway)
+	set := NewGatewaySet(cfg)
+	wantErr(t, set.Load(nil, envOf(map[string]string{"WSGATE_API_KEY": longKey})), "")
+	wantErr(t, set.CheckPlaceholders(), "")
+	var extra string
+	set.String(&extra, "some-secret", "", "a secret registered later").Secret()
+	wantErr(t, set.Load(nil, envOf(map[string]string{"WSGATE_SOME_SECRET": "CHANGE-ME-please"})), "")
+	wantErr(t, set.CheckPlaceholders(), `WSGATE_SOME_SECRET starts with "CHANGE-ME"`)
+}
+
 // Contract §1 (v1.1): short HS256 secrets (each of a list), short API keys
 // and CHANGE-ME placeholders are refused, naming the setting and never
 // showing the value.
