@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"sync/atomic"
+	"time"
+
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -18,23 +21,61 @@ import (
 // from then on, and the connection is gone within 2 s (the close
 // handshake's limit).
 
-// accountPartial brings the connection's share of the budget up to date
-// after a read (reader only), and enforces the budget when it grew.
-func (c *conn) accountPartial() {
+// partialState is kept, in Node.partial, for each connection that holds
+// an unfinished frame or message, and only then.
+type partialState struct {
+	since int64        // Unix s the unfinished frame or message began
+	held  atomic.Int64 // bytes of its rbuf and frag counted in the budget
+}
+
+// accountPartial brings the connection's entry and share of the budget up
+// to date after a read (reader only; was: it held partial data before),
+// and enforces the budget when its share grew. Only connections that
+// hold or held partial data touch the node's map. A closing connection
+// keeps no partial data: it waits for a close frame only, and the budget
+// may have chosen it.
+func (c *conn) accountPartial(was bool) {
 	c.mu.Lock()
-	if c.state == stClosed || c.shed {
+	if c.state >= stClosing {
 		c.rbuf, c.frag = nil, nil
 	}
-	held := int64(cap(c.rbuf))
-	if c.frag != nil {
-		held += int64(cap(c.frag.data))
-	}
 	c.mu.Unlock()
-	old := c.held.Swap(held)
+	is := c.holdsPartial()
+	if !is && !was {
+		return
+	}
+	var ps *partialState
+	if v, ok := c.n.partial.Load(c); ok {
+		ps = v.(*partialState)
+	} else if is {
+		ps = &partialState{since: time.Now().Unix()}
+		c.n.partial.Store(c, ps)
+	} else {
+		return
+	}
+	var held int64
+	if is {
+		held = int64(cap(c.rbuf))
+		if c.frag != nil {
+			held += int64(cap(c.frag.data))
+		}
+	}
+	old := ps.held.Swap(held)
 	total := c.n.partialBytes.Add(held - old)
 	c.n.metrics.PartialBytes.Set(float64(total))
+	if !is {
+		c.n.partial.Delete(c)
+		return
+	}
 	if budget := int64(c.n.cfg.PartialFrameBudget); budget > 0 && held > old && total > budget {
 		c.n.shedPartial(budget)
+	}
+}
+
+// releasePartial takes an ended connection's share out of the budget.
+func (n *Node) releasePartial(c *conn) {
+	if v, ok := n.partial.Load(c); ok {
+		n.partialBytes.Add(-v.(*partialState).held.Swap(0))
 	}
 }
 
@@ -45,22 +86,20 @@ func (n *Node) shedPartial(budget int64) {
 	defer n.shedMu.Unlock()
 	for n.partialBytes.Load() > budget {
 		var victim *conn
+		var vs *partialState
 		var most int64
-		n.partial.Range(func(k, _ any) bool {
-			if c := k.(*conn); c.held.Load() > most {
-				victim, most = c, c.held.Load()
+		n.partial.Range(func(k, v any) bool {
+			if ps := v.(*partialState); ps.held.Load() > most {
+				victim, vs, most = k.(*conn), ps, ps.held.Load()
 			}
 			return true
 		})
 		if victim == nil {
 			return
 		}
-		victim.mu.Lock()
-		victim.shed = true
-		victim.closeWithReasonLocked(protocol.ClosePolicy, "partial-frame budget of the node exceeded")
-		victim.mu.Unlock()
+		victim.close(protocol.ClosePolicy, "partial-frame budget of the node exceeded")
 		// Its bytes leave the count now: its reader drops them at its next
-		// read, its teardown at the latest.
-		n.partialBytes.Add(-victim.held.Swap(0))
+		// read (it is closing), its teardown at the latest.
+		n.partialBytes.Add(-vs.held.Swap(0))
 	}
 }

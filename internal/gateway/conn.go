@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -70,13 +69,11 @@ type conn struct {
 	ip     string       // kept only when WSGATE_MAX_CONNS_PER_IP is set
 	claims *auth.Claims // kept only when the token has rooms or pub claims
 
-	outq [][]byte     // queued frames, each a whole WebSocket frame
-	wbuf []byte       // unsent rest of a short write
-	lat  []latMark    // live message frames in wbuf and outq, in order, for the latency histogram
-	rbuf []byte       // unparsed inbound bytes (a split frame); reader only
-	frag *fragment    // a fragmented message being assembled; reader only
-	held atomic.Int64 // bytes of rbuf and frag counted in the node's partial-frame budget (budget.go)
-	shed bool         // under mu: closed by the partial-frame budget; its reader keeps no partial data
+	outq [][]byte  // queued frames, each a whole WebSocket frame
+	wbuf []byte    // unsent rest of a short write
+	lat  []latMark // live message frames in wbuf and outq, in order, for the latency histogram
+	rbuf []byte    // unparsed inbound bytes (a split frame); reader only
+	frag *fragment // a fragmented message being assembled; reader only
 	x    *connExtra
 	fb   *flushBatch // set while a large fan-out queues on this connection
 
@@ -441,7 +438,7 @@ func (c *conn) teardownLocked(why string) {
 		c.n.metrics.Closes.WithLabelValues("0").Inc()
 	}
 	c.state = stClosed
-	c.n.partialBytes.Add(-c.held.Swap(0))
+	c.n.releasePartial(c)
 	if c.tlsc != nil {
 		c.tlsc.close()
 	} else {

@@ -101,7 +101,7 @@ type Node struct {
 	adminSrv *http.Server
 	keyFails *auth.RateLimiter        // failed API-key attempts per client IP (apikey.go)
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
-	partial  sync.Map                 // *conn -> Unix s its unfinished frame or message began (reader.go)
+	partial  sync.Map                 // *conn -> *partialState, while it holds an unfinished frame or message (budget.go)
 
 	partialBytes atomic.Int64 // bytes held for unfinished client frames, all connections (budget.go)
 	shedMu       sync.Mutex   // one budget enforcement at a time
