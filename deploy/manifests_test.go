@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -249,6 +250,44 @@ func TestKubernetesManifests(t *testing.T) {
 	if get(svc, "spec", "externalTrafficPolicy") != "Local" {
 		t.Error("Service/wsgate: externalTrafficPolicy must be Local")
 	}
+
+	// The admin plane apart (contract §1, §2 v2): its own port, only on a
+	// ClusterIP Service; the LoadBalancer carries the public port only.
+	ports := map[string]int{}
+	for _, p := range list(c["ports"]) {
+		ports[str(get(p, "name"))] = toInt(get(p, "containerPort"))
+	}
+	if env["WSGATE_ADMIN_LISTEN"] != fmt.Sprintf(":%d", ports["admin"]) || ports["admin"] == 0 || ports["admin"] == ports["http"] {
+		t.Errorf("WSGATE_ADMIN_LISTEN %q must be the container port named admin (ports %v)", env["WSGATE_ADMIN_LISTEN"], ports)
+	}
+	for _, p := range list(get(svc, "spec", "ports")) {
+		if tp := get(p, "targetPort"); tp != "http" && toInt(tp) != ports["http"] {
+			t.Errorf("Service/wsgate (public) exposes port %v: only the public port (http) may be there", tp)
+		}
+	}
+	for key, d := range objs {
+		if !strings.HasPrefix(key, "Service/") || key == "Service/wsgate" {
+			continue
+		}
+		for _, p := range list(get(d.v, "spec", "ports")) {
+			if tp := get(p, "targetPort"); (tp == "admin" || toInt(tp) == ports["admin"]) && get(d.v, "spec", "type") != "ClusterIP" {
+				t.Errorf("%s exposes the admin port with type %v: ClusterIP only", key, get(d.v, "spec", "type"))
+			}
+		}
+	}
+	apiSvc := mustObj(t, objs, "Service/wsgate-api")
+	if get(apiSvc, "spec", "type") != "ClusterIP" || get(list(get(apiSvc, "spec", "ports"))[0], "targetPort") != "admin" {
+		t.Errorf("Service/wsgate-api must be ClusterIP on the admin port: %v", get(apiSvc, "spec"))
+	}
+	if a := str(get(gw, "spec", "template", "metadata", "annotations", "prometheus.io/port")); a != fmt.Sprint(ports["admin"]) {
+		t.Errorf("prometheus.io/port %q: /metrics is on the admin port %d", a, ports["admin"])
+	}
+	// Secrets come from the Secret (env), never from args.
+	for _, a := range list(c["args"]) {
+		if s := str(a); strings.Contains(s, "secret") || strings.Contains(s, "key") {
+			t.Errorf("gateway args carry a secret setting: %q", s)
+		}
+	}
 	if get(mustObj(t, objs, "PodDisruptionBudget/wsgate"), "spec", "maxUnavailable") != 1 {
 		t.Error("PodDisruptionBudget/wsgate: maxUnavailable 1")
 	}
@@ -285,6 +324,10 @@ func TestKubernetesManifests(t *testing.T) {
 	gwCfg.AdvertiseURL = "ws://10.0.0.1:8080/ws"
 	if err := gwCfg.Validate(); err != nil {
 		t.Errorf("the gateways' settings do not validate: %v", err)
+	}
+	// The placeholders cannot start a gateway (contract §1 v1.1).
+	if err := gwCfg.CheckSecrets(); err == nil || !strings.Contains(err.Error(), "CHANGE-ME") {
+		t.Errorf("the Secret's CHANGE-ME placeholders must be refused at start, got %v", err)
 	}
 	sa := str(get(as, "spec", "template", "spec", "serviceAccountName"))
 	mustObj(t, objs, "ServiceAccount/"+sa)
@@ -636,4 +679,32 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(k)
 	return k
+}
+
+// The nginx example keeps the admin plane off the public server: the
+// public server proxies only the client paths to the gateways' public
+// port; the admin listeners are behind an internal server with deny all.
+func TestNginxKeepsTheAdminPlaneInternal(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("nginx", "wsgate.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string // without comments
+	for l := range strings.SplitSeq(string(b), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			lines = append(lines, l)
+		}
+	}
+	conf := strings.Join(lines, "\n")
+	pub := conf[strings.Index(conf, "listen 80;"):strings.Index(conf, "upstream wsgate_admin")]
+	if strings.Contains(pub, "wsgate_admin") || strings.Contains(pub, ":9090") || strings.Contains(pub, "/api/") || strings.Contains(pub, "/metrics") {
+		t.Errorf("the public server reaches the admin plane:\n%s", pub)
+	}
+	if !strings.Contains(pub, "location / {\n            return 404;") {
+		t.Error("the public server must answer 404 for every path but the client paths")
+	}
+	adm := conf[strings.Index(conf, "upstream wsgate_admin"):]
+	if !strings.Contains(adm, ":9090") || !strings.Contains(adm, "deny all;") {
+		t.Errorf("the admin server must proxy to the admin listeners and deny all but the internal network:\n%s", adm)
+	}
 }

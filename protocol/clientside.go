@@ -38,8 +38,12 @@ type ServerFrame struct {
 	Error  *ErrorBody      `json:"error" msgpack:"error"`
 	Result json.RawMessage `json:"result" msgpack:"-"` // rpc reply; always JSON
 
-	// gap
-	From   int64 `json:"from" msgpack:"from"`
+	// message: the publishing client's user id (server-set; empty for
+	// API publishes). Decoded from "from" when it is a string.
+	Sender string `json:"-" msgpack:"-"`
+
+	// gap. Decoded from "from" when it is a number.
+	From   int64 `json:"-" msgpack:"-"`
 	To     int64 `json:"to" msgpack:"to"`
 	Missed int64 `json:"missed" msgpack:"missed"`
 
@@ -65,6 +69,7 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 			ServerFrame
 			Data   msgpack.RawMessage `msgpack:"data"`
 			Result msgpack.RawMessage `msgpack:"result"`
+			From   any                `msgpack:"from"`
 		}
 		if err := checkMsgpack(b); err != nil {
 			return nil, fmt.Errorf("invalid MessagePack server frame: %w", err)
@@ -73,6 +78,12 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 			return nil, fmt.Errorf("invalid MessagePack server frame: %w", err)
 		}
 		sf = raw.ServerFrame
+		switch v := raw.From.(type) {
+		case string:
+			sf.Sender = v
+		case int8, int16, int32, int64, uint8, uint16, uint32, uint64:
+			sf.From, _ = strconv.ParseInt(fmt.Sprint(v), 10, 64)
+		}
 		if len(raw.Data) > 0 {
 			j, err := MsgpackToJSON(raw.Data)
 			if err != nil {
@@ -87,8 +98,17 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 			}
 			sf.Result = j
 		}
-	} else if err := json.Unmarshal(b, &sf); err != nil {
-		return nil, fmt.Errorf("invalid JSON server frame: %w", err)
+	} else {
+		raw := struct {
+			*ServerFrame
+			From json.RawMessage `json:"from"`
+		}{ServerFrame: &sf}
+		if err := json.Unmarshal(b, &raw); err != nil {
+			return nil, fmt.Errorf("invalid JSON server frame: %w", err)
+		}
+		if err := sf.setFrom(raw.From); err != nil {
+			return nil, fmt.Errorf("invalid JSON server frame: from: %w", err)
+		}
 	}
 	if sf.Type == "" {
 		return nil, errors.New("server frame has no type")
@@ -96,9 +116,21 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 	return &sf, nil
 }
 
+// setFrom sets Sender (a string, in a message) or From (a number, in a
+// gap) from the JSON of "from".
+func (sf *ServerFrame) setFrom(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if raw[0] == '"' {
+		return json.Unmarshal(raw, &sf.Sender)
+	}
+	return json.Unmarshal(raw, &sf.From)
+}
+
 // AsMessage returns the message frame's fields.
 func (sf *ServerFrame) AsMessage() Message {
-	m := Message{ID: sf.ID, Event: sf.Event, Data: sf.Data, TS: int64(sf.TS), Seq: sf.Seq}
+	m := Message{ID: sf.ID, Event: sf.Event, Data: sf.Data, TS: int64(sf.TS), Seq: sf.Seq, From: sf.Sender}
 	if sf.Target != nil {
 		m.Target = *sf.Target
 	}

@@ -279,6 +279,10 @@ func AppendMessageJSON(dst []byte, m *Message) []byte {
 		dst = append(dst, `,"seq":`...)
 		dst = strconv.AppendInt(dst, m.Seq, 10)
 	}
+	if m.From != "" {
+		dst = append(dst, `,"from":`...)
+		dst = AppendJSONString(dst, m.From)
+	}
 	return append(dst, '}')
 }
 
@@ -286,7 +290,7 @@ func AppendMessageJSON(dst []byte, m *Message) []byte {
 // the JSON data is converted once here.
 func EncodeMessage(f Format, m *Message) ([]byte, error) {
 	if f == JSON {
-		return AppendMessageJSON(make([]byte, 0, 96+len(m.Data)+len(m.ID)+len(m.Event)), m), nil
+		return AppendMessageJSON(make([]byte, 0, 96+len(m.Data)+len(m.ID)+len(m.Event)+len(m.From)), m), nil
 	}
 	data, err := JSONToMsgpack(m.Data)
 	if err != nil {
@@ -302,6 +306,9 @@ func EncodeMessage(f Format, m *Message) ([]byte, error) {
 	}
 	if m.Seq != 0 {
 		obj["seq"] = m.Seq
+	}
+	if m.From != "" {
+		obj["from"] = m.From
 	}
 	return msgpack.Marshal(obj)
 }

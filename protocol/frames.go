@@ -135,6 +135,10 @@ type Message struct {
 	TS     int64           `json:"ts"`
 	Target Target          `json:"target"`
 	Seq    int64           `json:"seq,omitempty"`
+	// From is the user id of the client whose publish frame sent the
+	// message, set by the server (contract 4.1 v1.1); empty for API
+	// publishes. Nothing a client writes into its frame or data sets it.
+	From string `json:"from,omitempty"`
 }
 
 // ClientFrame is any frame a client sends; which fields matter depends on

@@ -115,7 +115,7 @@ var serverFields = [...]jsonField{
 	{"inbox_seq", kindInt, fOther},
 	{"ok", kindBool, fOther},
 	{"error", kindErrorBody, fOther},
-	{"from", kindInt, fOther},
+	{"from", kindRaw, fOther}, // a number in gap, a string (the sender) in message
 	{"to", kindInt, fOther},
 	{"missed", kindInt, fOther},
 	{"url", kindString, fOther},

@@ -136,7 +136,7 @@ func TestDevConsoleAndDemo(t *testing.T) {
 	if got := eval[string](console, `document.getElementById('pub-result').textContent`); !strings.Contains(got, "online") || !strings.Contains(got, "yes") {
 		t.Errorf("publish result %q does not say alice is online", got)
 	}
-	openConv(alice, "dm:ops")
+	openConv(alice, "dm:server") // an API publish has no sender; data.from is not believed
 	waitText(alice, 10*time.Second, "Maintenance window tonight")
 	openConv(alice, "dm:bob")
 	waitText(alice, 10*time.Second, "This one is just for you.")
@@ -162,7 +162,7 @@ func TestDevConsoleAndDemo(t *testing.T) {
 	alice.waitFor(5*time.Second, "the drawer hidden", `getComputedStyle(document.getElementById('nav-toggle')).display !== 'none' && document.getElementById('sidebar').getBoundingClientRect().right <= 0`)
 	alice.click("#nav-toggle")
 	alice.waitFor(5*time.Second, "the drawer open", `document.getElementById('sidebar').getBoundingClientRect().left >= 0`)
-	openConv(alice, "dm:ops")
+	openConv(alice, "dm:server") // an API publish has no sender; data.from is not believed
 	alice.waitFor(5*time.Second, "the drawer closed", `document.getElementById('sidebar').getBoundingClientRect().right <= 0`)
 	console.screenshot(docsImage("console-phone.png"))
 	alice.screenshot(docsImage("demo-phone.png"))
@@ -253,7 +253,7 @@ func TestClusterFailoverAndDrain(t *testing.T) {
 
 	// A reliable message bob receives (and acknowledges) before the crash.
 	publishReliable(t, n1, "bob", "r0")
-	openConv(bob, "dm:ops")
+	openConv(bob, "dm:server")
 	waitText(bob, 10*time.Second, "r0")
 
 	// n2 dies without a drain; reliable messages are published meanwhile.
@@ -299,7 +299,7 @@ func TestClusterFailoverAndDrain(t *testing.T) {
 	console.click("#pub-reliable")
 	console.click("#pub-submit")
 	console.waitFor(10*time.Second, "the publish result", `document.getElementById('pub-result').classList.contains('ok')`)
-	openConv(bob, "dm:ops")
+	openConv(bob, "dm:server")
 	waitText(bob, 10*time.Second, "n1 drained for an upgrade")
 	if got := texts(bob); !slices.Equal(got, append(want, "n1 drained for an upgrade")) {
 		t.Fatalf("bob's reliable messages after the drain: %q", got)

@@ -82,7 +82,19 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("GET %s: body does not contain %q", tc.path, tc.contains)
 		}
 	}
-	res, err := http.Get(srv.URL + "/nope")
+	// The demo shows the server-set sender of a message (contract 4.1
+	// v1.1), never a "from" inside its data, and does not send one.
+	res, err := http.Get(srv.URL + "/assets/demo.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(demo), "typeof m.from === 'string'") || strings.Contains(string(demo), "data?.from") || strings.Contains(string(demo), "data.from") ||
+		strings.Contains(string(demo), "{ from: me") {
+		t.Error("demo.js must take the sender from the message's server-set from, not from its data")
+	}
+	res, err = http.Get(srv.URL + "/nope")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,24 +12,68 @@ import (
 //go:embed static
 var static embed.FS
 
-// Register serves the web pages on mux.
+// PageCSP is the Content-Security-Policy of the console and the demo: their
+// own scripts, styles, images and API only, no inline script or style, no
+// plugins, no framing (clickjacking), forms and base URL to themselves.
+const PageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self' ws: wss:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// Register serves every web page and file on mux: the console at /, the
+// demo chat at /demo, the JavaScript client and the pages' assets.
 func Register(mux *http.ServeMux) {
-	sub, _ := fs.Sub(static, "static")
-	files := http.FileServer(http.FS(sub))
-	page := func(name string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			b, err := fs.ReadFile(sub, name)
-			if err != nil {
-				http.NotFound(w, r)
-				return
-			}
-			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			w.Header().Set("Cache-Control", "no-cache")
-			w.Write(b)
+	h := newHandlers()
+	mux.HandleFunc("GET /{$}", h.page("index.html"))
+	mux.HandleFunc("GET /demo", h.page("demo.html"))
+	mux.Handle("GET /client/", h.files)
+	mux.Handle("GET /assets/", h.files)
+}
+
+// RegisterPublic serves what a public listener carries when the admin
+// plane has its own (WSGATE_ADMIN_LISTEN): the JavaScript client, and with
+// demo the demo chat with the assets it loads. The console is not served.
+func RegisterPublic(mux *http.ServeMux, demo bool) {
+	h := newHandlers()
+	mux.Handle("GET /client/wsgate.js", h.files)
+	if demo {
+		mux.HandleFunc("GET /demo", h.page("demo.html"))
+		for _, f := range demoAssets {
+			mux.Handle("GET /assets/"+f, h.files)
 		}
 	}
-	mux.HandleFunc("GET /{$}", page("index.html"))
-	mux.HandleFunc("GET /demo", page("demo.html"))
-	mux.Handle("GET /client/", files)
-	mux.Handle("GET /assets/", files)
+}
+
+// demoAssets are the files of assets/ that the demo page loads.
+var demoAssets = []string{"base.css", "demo.css", "demo.js", "dom.js", "favicon.svg"}
+
+type handlers struct {
+	sub   fs.FS
+	files http.Handler
+}
+
+func newHandlers() *handlers {
+	sub, _ := fs.Sub(static, "static")
+	fileServer := http.FileServer(http.FS(sub))
+	return &handlers{sub: sub, files: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		fileServer.ServeHTTP(w, r)
+	})}
+}
+
+// page serves one HTML page with the pages' security headers.
+func (h *handlers) page(name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, err := fs.ReadFile(h.sub, name)
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		hd := w.Header()
+		hd.Set("Content-Type", "text/html; charset=utf-8")
+		hd.Set("Cache-Control", "no-cache")
+		hd.Set("Content-Security-Policy", PageCSP)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("X-Frame-Options", "DENY")
+		w.Write(b)
+	}
 }

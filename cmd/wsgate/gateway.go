@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -36,7 +35,14 @@ func runGateway(args []string, dev bool) int {
 		return 2
 	}
 	cfg.Finish()
-	if err := cfg.Validate(); err != nil {
+	err := cfg.Validate()
+	if err == nil && !dev {
+		err = cfg.CheckSecrets()
+	}
+	if err == nil && !dev {
+		err = set.CheckPlaceholders()
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "wsgate %s: %v\n", set.Command, err)
 		return 2
 	}
@@ -52,6 +58,14 @@ func runGateway(args []string, dev bool) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "wsgate %s: WSGATE_LISTEN %q: %v\n", set.Command, cfg.Listen, err)
 		return 2
+	}
+	var adminLn net.Listener
+	if cfg.AdminListen != "" {
+		if adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			fmt.Fprintf(os.Stderr, "wsgate %s: WSGATE_ADMIN_LISTEN %q: %v\n", set.Command, cfg.AdminListen, err)
+			return 2
+		}
+		cfg.AdminListen = adminLn.Addr().String() // the bound port (the node record's api_url)
 	}
 	if cfg.AdvertiseURL == "" {
 		cfg.AdvertiseURL = config.AdvertiseURLFor(ln.Addr().String(), cfg.TLSCertFile != "")
@@ -103,6 +117,11 @@ func runGateway(args []string, dev bool) int {
 		return 1
 	}
 	log.Info("gateway listening", "listen", ln.Addr().String(), "advertise", cfg.AdvertiseURL, "version", version, "dev", dev)
+	serveErr := make(chan error, 2)
+	if adminLn != nil {
+		log.Info("admin listening: server API, metrics, console and profiler", "admin_listen", adminLn.Addr().String())
+		go func() { serveErr <- node.ServeAdmin(adminLn) }()
+	}
 	if dev {
 		fmt.Fprintf(os.Stderr, "\n  wsgate dev is up: console http://%s/  demo chat http://%s/demo\n\n", hostPort(ln.Addr().String()), hostPort(ln.Addr().String()))
 	}
@@ -110,7 +129,6 @@ func runGateway(args []string, dev bool) int {
 	if cfg.DebugListen != "" {
 		startProfiler(cfg.DebugListen, log)
 	}
-	serveErr := make(chan error, 1)
 	go func() { serveErr <- node.Serve(ln) }()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -164,17 +182,12 @@ func checkFileLimit(log *slog.Logger) {
 	}
 }
 
-// startProfiler serves net/http/pprof on its own listener (--debug-listen).
+// startProfiler serves net/http/pprof on its own listener (--debug-listen),
+// to loopback peers only.
 func startProfiler(addr string, log *slog.Logger) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	go func() {
-		log.Info("profiler listening", "debug_listen", addr)
-		if err := http.ListenAndServe(addr, mux); err != nil {
+		log.Info("profiler listening (loopback peers only)", "debug_listen", addr)
+		if err := http.ListenAndServe(addr, gateway.LoopbackOnly(gateway.ProfilerHandler())); err != nil {
 			log.Error("profiler listener failed", "err", err)
 		}
 	}()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,7 +35,10 @@ func TestMain(m *testing.M) {
 
 func runBin(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
+	// A command that should have refused to start is stopped, not waited for.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -48,6 +52,98 @@ func runBin(t *testing.T, env []string, args ...string) (int, string) {
 	return code, out.String()
 }
 
+// okSecret passes the secret checks of wsgate gateway.
+const okSecret = "WSGATE_JWT_SECRET=cmd-test-jwt-secret-0123456789abcdef"
+
+// Contract §1 (v1.1): wsgate gateway refuses weak secrets and the
+// manifests' placeholders with exit 2 and one line naming the setting;
+// wsgate dev does not.
+func TestWeakSecretsExit2(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"WSGATE_JWT_SECRET=a"}, "WSGATE_JWT_SECRET is 1 bytes long: at least 32"},
+		{[]string{okSecret + ",too-short-for-hs256"}, "WSGATE_JWT_SECRET is 19 bytes long"},
+		{[]string{okSecret, "WSGATE_API_KEY=b"}, "WSGATE_API_KEY is 1 bytes long: at least 16"},
+		{[]string{okSecret, "WSGATE_API_KEY=CHANGE-ME-long-random-api-key"}, `WSGATE_API_KEY starts with "CHANGE-ME"`},
+		{[]string{"WSGATE_JWT_SECRET=CHANGE-ME-long-random-jwt-secret"}, `WSGATE_JWT_SECRET starts with "CHANGE-ME"`},
+		{[]string{okSecret, "WSGATE_API_KEY_FILE=" + writeTemp(t, "b\n")}, "WSGATE_API_KEY is 1 bytes long"},
+	} {
+		code, out := runBin(t, tc.env, "gateway", "--listen", "127.0.0.1:0")
+		if code != 2 || !strings.Contains(out, tc.want) || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+			t.Errorf("%v: exit %d, output %q; want exit 2 and one line with %q", tc.env, code, out, tc.want)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The secrets come from files (trailing newline trimmed): the API answers
+// the key of the file, and /debug/pprof/cmdline is on the admin listener
+// only.
+func TestSecretFilesAndAdminListener(t *testing.T) {
+	const key = "cmd-test-api-key-from-a-file"
+	addrs := make([]string, 2)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = l.Addr().String()
+		l.Close()
+	}
+	cmd := exec.Command(binPath, "gateway", "--listen", addrs[0], "--admin-listen", addrs[1])
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "WSGATE_API_KEY_FILE=" + writeTemp(t, key+"\n"),
+		"WSGATE_JWT_SECRET_FILE=" + writeTemp(t, "cmd-test-jwt-secret-0123456789abcdef\n")}
+	p := proc.Start(t, "wsgate gateway", cmd)
+	get := func(url, key string) int {
+		req, _ := http.NewRequest("GET", url, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for get("http://"+addrs[0]+"/readyz", "") != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway never ready\n%s", p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		url, key string
+		want     int
+	}{
+		{"http://" + addrs[1] + "/api/v1/nodes", key, 200},
+		{"http://" + addrs[1] + "/api/v1/nodes", key[:len(key)-1], 401},
+		{"http://" + addrs[0] + "/api/v1/nodes", key, 404},
+		{"http://" + addrs[0] + "/debug/pprof/cmdline", "", 404},
+		{"http://" + addrs[1] + "/debug/pprof/cmdline", "", 200},
+		{"http://" + addrs[0] + "/metrics", "", 404},
+		{"http://" + addrs[1] + "/metrics", "", 200},
+	} {
+		if got := get(tc.url, tc.key); got != tc.want {
+			t.Errorf("GET %s: %d, want %d", tc.url, got, tc.want)
+		}
+	}
+	if strings.Contains(p.Output(), key) {
+		t.Errorf("the API key shows in the log:\n%s", p.Output())
+	}
+}
+
 // Bad settings stop start-up with exit 2 and one line naming the setting.
 func TestBadSettingsExit2WithTheSettingNamed(t *testing.T) {
 	for _, tc := range []struct {
@@ -55,15 +151,15 @@ func TestBadSettingsExit2WithTheSettingNamed(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"WSGATE_PING_INTERVAL=abc", "WSGATE_JWT_SECRET=s"}, nil, "WSGATE_PING_INTERVAL"},
-		{[]string{"WSGATE_PONG_TIMEOUT=10s", "WSGATE_JWT_SECRET=s"}, nil, "WSGATE_PONG_TIMEOUT"},
-		{[]string{"WSGATE_JWT_SECRET=s"}, []string{"--listen", "nope"}, "WSGATE_LISTEN"},
-		{[]string{"WSGATE_JWT_SECRET=s", "WSGATE_REDIS_URL=redis-sentinel://"}, nil, "WSGATE_REDIS_URL"},
-		{[]string{"WSGATE_JWT_SECRET=s", "WSGATE_DEVICE_POLICY=some"}, nil, "WSGATE_DEVICE_POLICY"},
-		{[]string{"WSGATE_JWT_SECRET=s", "WSGATE_SEND_QUEUE=0"}, nil, "WSGATE_SEND_QUEUE"},
+		{[]string{"WSGATE_PING_INTERVAL=abc", okSecret}, nil, "WSGATE_PING_INTERVAL"},
+		{[]string{"WSGATE_PONG_TIMEOUT=10s", okSecret}, nil, "WSGATE_PONG_TIMEOUT"},
+		{[]string{okSecret}, []string{"--listen", "nope"}, "WSGATE_LISTEN"},
+		{[]string{okSecret, "WSGATE_REDIS_URL=redis-sentinel://"}, nil, "WSGATE_REDIS_URL"},
+		{[]string{okSecret, "WSGATE_DEVICE_POLICY=some"}, nil, "WSGATE_DEVICE_POLICY"},
+		{[]string{okSecret, "WSGATE_SEND_QUEUE=0"}, nil, "WSGATE_SEND_QUEUE"},
 		{nil, nil, "WSGATE_JWT_SECRET"},
-		{[]string{"WSGATE_JWT_SECRET=s"}, []string{"--config", "/nonexistent.yaml"}, "nonexistent.yaml"},
-		{[]string{"WSGATE_JWT_SECRET=s"}, []string{"--no-such-flag"}, "no-such-flag"},
+		{[]string{okSecret}, []string{"--config", "/nonexistent.yaml"}, "nonexistent.yaml"},
+		{[]string{okSecret}, []string{"--no-such-flag"}, "no-such-flag"},
 	} {
 		code, out := runBin(t, tc.env, append([]string{"gateway"}, tc.args...)...)
 		lines := strings.Split(strings.TrimSpace(out), "\n")

@@ -97,6 +97,36 @@ func NewRateLimiter(ratePerSec float64) *RateLimiter {
 	return l
 }
 
+// NewBurstLimiter limits each key to burst events at once, refilled at
+// ratePerSec (e.g. failed API-key attempts per client IP: 10 at once, then
+// one every 6 s). Zero rate or burst means unlimited.
+func NewBurstLimiter(ratePerSec float64, burst int) *RateLimiter {
+	l := NewRateLimiter(ratePerSec)
+	if l.limited && burst > 0 {
+		l.tolerance = int64(burst-1) * l.interval
+	} else {
+		l.limited = false
+	}
+	return l
+}
+
+// Refused reports whether an event for key at now would be refused, and
+// for how long, without recording anything.
+func (l *RateLimiter) Refused(key string, now time.Time) (refused bool, retryAfter time.Duration) {
+	if l == nil || !l.limited {
+		return false, 0
+	}
+	n := now.UnixNano()
+	s := &l.shards[maphash.String(l.seed, key)&(limiterShards-1)]
+	s.mu.Lock()
+	tat := max(s.tat[key], n)
+	s.mu.Unlock()
+	if wait := tat - n - l.tolerance; wait > 0 {
+		return true, time.Duration(wait)
+	}
+	return false, 0
+}
+
 // Allow reports whether an event for key may happen at now and records it
 // if so. When refused, retryAfter is how long until one would be allowed.
 func (l *RateLimiter) Allow(key string, now time.Time) (ok bool, retryAfter time.Duration) {

@@ -26,8 +26,8 @@ import (
 )
 
 const (
-	e2eAPIKey    = "e2e-api-key"
-	e2eJWTSecret = "e2e-jwt-secret-0123456789abcdef"
+	e2eAPIKey    = "e2e-api-key-0123456789"
+	e2eJWTSecret = "e2e-jwt-secret-0123456789abcdef0123"
 )
 
 func e2eToken(user string) string {
@@ -84,8 +84,7 @@ func TestE2EScaleOutAndIn(t *testing.T) {
 		"--interval", "1s", "--cooldown", "2s",
 		"--redis-url", redis.URL(), "--listen", fmt.Sprintf("127.0.0.1:%d", asPort),
 		"--local-base-port", strconv.Itoa(basePort), "--local-binary", bin,
-		"--api-key", e2eAPIKey, "--jwt-secret", e2eJWTSecret,
-	}, []string{"WSGATE_CONFIG="})
+	}, []string{"WSGATE_CONFIG=", "WSGATE_API_KEY=" + e2eAPIKey, "WSGATE_JWT_SECRET=" + e2eJWTSecret}) // secrets never on a command line
 	startAt := time.Now()
 	// Whatever happens, no node the autoscaler started may outlive the test.
 	t.Cleanup(func() { killStartedNodes(t, as) })

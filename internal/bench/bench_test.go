@@ -72,9 +72,9 @@ func TestBroadcastReaders(t *testing.T) {
 }
 
 func TestPushReliableWithJWT(t *testing.T) {
-	g := startGateway(t, "gateway", "WSGATE_JWT_SECRET=bench-test-secret", "WSGATE_API_KEY=bench-test-key")
+	g := startGateway(t, "gateway", "WSGATE_JWT_SECRET=bench-test-secret-0123456789abcdef", "WSGATE_API_KEY=bench-test-key-0123456789")
 	args := []string{"push", "--url", g.wsURL(), "--conns", smokeConns, "--rate", "100", "--duration", "2s", "--settle", smokeSettle,
-		"--reliable", "--jwt-secret", "bench-test-secret", "--api-key", "bench-test-key"}
+		"--reliable", "--jwt-secret", "bench-test-secret-0123456789abcdef", "--api-key", "bench-test-key-0123456789"}
 	res := runBench(t, args...)
 	checkCommon(t, res, 50)
 	checkMessages(t, res.rep, 200, 50)

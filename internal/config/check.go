@@ -23,6 +23,18 @@ func (c *checker) failf(format string, a ...any) {
 
 func (c *checker) ok() bool { return c.err == nil }
 
+// secret checks a set secret: at least minLen bytes, not a placeholder.
+// The message never shows the value.
+func (c *checker) secret(name, value string, minLen int) {
+	switch {
+	case !c.ok() || value == "":
+	case strings.HasPrefix(value, SecretPlaceholder):
+		c.failf("%s starts with %q: replace the placeholder with a random secret", EnvName(name), SecretPlaceholder)
+	case len(value) < minLen:
+		c.failf("%s is %d bytes long: at least %d are required (e.g. openssl rand -hex %d)", EnvName(name), len(value), minLen, minLen)
+	}
+}
+
 // positive checks d > 0.
 func (c *checker) positive(name string, d time.Duration) {
 	if c.ok() && d <= 0 {

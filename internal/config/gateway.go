@@ -16,6 +16,7 @@ import (
 // Validate checks them.
 type Gateway struct {
 	Listen       string // host:port of the HTTP server
+	AdminListen  string // host:port of the admin listener (API, metrics, console, profiler); empty = all on Listen
 	NodeID       string // unique node id; Finish: hostname-<6 hex>
 	AdvertiseURL string // ws(s):// URL clients use; Finish derives it from Listen
 
@@ -35,6 +36,7 @@ type Gateway struct {
 	AllowedOrigins   []string      // allowed Origin values, "*" = any; empty = same host
 
 	MaxMessageBytes    int
+	PartialFrameBudget int     // bytes held for unfinished client frames, node-wide; 0 = no limit
 	MaxConnsPerIP      int     // 0 = no limit
 	MaxConnsPerUser    int     // 0 = no limit, cluster-wide
 	HandshakeRatePerIP float64 // per second, 0 = no limit
@@ -122,7 +124,9 @@ func (c *Gateway) JWTSecrets() [][]byte {
 }
 
 func registerGateway(s *Set, c *Gateway) {
-	s.String(&c.Listen, "listen", ":8080", "HTTP listen address (WebSocket, API, metrics, console)")
+	s.String(&c.Listen, "listen", ":8080", "HTTP listen address (WebSocket, and API, metrics and console unless admin-listen is set)")
+	s.String(&c.AdminListen, "admin-listen", "", "listen address of the admin plane: the server API, /metrics, the console and the profiler; "+
+		"when set, the listen address serves only /ws, /healthz, /readyz, /v1/allocate and /client/wsgate.js (and /demo in dev)")
 	s.String(&c.NodeID, "node-id", "", "unique node id (letters, digits, . _ -)").
 		DefaultText("hostname-<6 random hex digits>")
 	s.String(&c.AdvertiseURL, "advertise-url", "", "the ws:// or wss:// URL clients use to reach this node").
@@ -146,6 +150,8 @@ func registerGateway(s *Set, c *Gateway) {
 	s.List(&c.AllowedOrigins, "allowed-origins", nil, "comma list of allowed Origin values (* allows any); "+
 		"empty = an Origin header must be same-host; requests without Origin are allowed")
 	s.Int(&c.MaxMessageBytes, "max-message-bytes", 65536, "largest client frame in bytes (128 to 16 MiB)")
+	s.Int(&c.PartialFrameBudget, "partial-frame-budget", 64<<20, "bytes the node holds for client frames not yet complete, all connections together; "+
+		"past it the connections holding the most are closed with 1008 (0 = no limit)")
 	s.Int(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "concurrent connections per client IP on this node (0 = no limit)")
 	s.Int(&c.MaxConnsPerUser, "max-conns-per-user", 0, "concurrent connections per user, cluster-wide (0 = no limit)")
 	s.Float(&c.HandshakeRatePerIP, "handshake-rate-per-ip", 0, "handshakes per second per client IP on this node, burst = rate (0 = no limit)")
@@ -176,7 +182,8 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Int(&c.ReliableReplicas, "reliable-replicas", 0, "Redis replicas (WAIT) that must have a reliable message before the publish is answered (0 = do not wait)")
 	s.Duration(&c.HeartbeatInterval, "heartbeat-interval", 2*time.Second, "period of the node record report (load, status, heartbeat)")
 	s.String(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	s.String(&c.DebugListen, "debug-listen", "", "listen address of the Go profiler (/debug/pprof/); empty = off. Keep it on loopback")
+	s.String(&c.DebugListen, "debug-listen", "", "listen address of the Go profiler (/debug/pprof/) for loopback peers only; empty = off "+
+		"(the profiler is also on the admin listener, and without one on the listen address for loopback peers)")
 	s.Bool(&c.Dev, "dev", false, "dev mode (set by the dev subcommand)").Hide()
 }
 

@@ -14,6 +14,9 @@ import (
 // plus our own settings.
 var contractDefaults = map[string]string{
 	"WSGATE_LISTEN":                ":8080",
+	"WSGATE_ADMIN_LISTEN":          "",
+	"WSGATE_API_KEY_FILE":          "",
+	"WSGATE_JWT_SECRET_FILE":       "",
 	"WSGATE_NODE_ID":               "",
 	"WSGATE_ADVERTISE_URL":         "",
 	"WSGATE_REDIS_URL":             "",
@@ -52,13 +55,14 @@ var contractDefaults = map[string]string{
 }
 
 var ownDefaults = map[string]string{
-	"WSGATE_TLS_CERT_FILE":      "",
-	"WSGATE_TLS_KEY_FILE":       "",
-	"WSGATE_RELIABLE_REPLICAS":  "0",
-	"WSGATE_HEARTBEAT_INTERVAL": "2s",
-	"WSGATE_LOG_LEVEL":          "info",
-	"WSGATE_DEBUG_LISTEN":       "",
-	"WSGATE_TRUSTED_PROXIES":    "",
+	"WSGATE_TLS_CERT_FILE":        "",
+	"WSGATE_PARTIAL_FRAME_BUDGET": "67108864",
+	"WSGATE_TLS_KEY_FILE":         "",
+	"WSGATE_RELIABLE_REPLICAS":    "0",
+	"WSGATE_HEARTBEAT_INTERVAL":   "2s",
+	"WSGATE_LOG_LEVEL":            "info",
+	"WSGATE_DEBUG_LISTEN":         "",
+	"WSGATE_TRUSTED_PROXIES":      "",
 }
 
 func TestGatewayDefaults(t *testing.T) {
@@ -69,7 +73,7 @@ func TestGatewayDefaults(t *testing.T) {
 	}
 	want := Gateway{
 		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{},
-		MaxMessageBytes: 65536, DevicePolicy: "multi",
+		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, DevicePolicy: "multi",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
 		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
 		DrainRate: 500, HeartbeatInterval: 2 * time.Second, LogLevel: "info",

@@ -18,6 +18,12 @@ import (
 func (c *Gateway) Validate() error {
 	var v checker
 	v.listen("listen", c.Listen)
+	if c.AdminListen != "" {
+		v.listen("admin-listen", c.AdminListen)
+		if v.ok() && c.AdminListen == c.Listen {
+			v.failf("%s (%q) must differ from %s", EnvName("admin-listen"), c.AdminListen, EnvName("listen"))
+		}
+	}
 	c.checkNodeID(&v)
 	c.checkAdvertiseURL(&v)
 	v.redisURL("redis-url", c.RedisURL)
@@ -40,6 +46,7 @@ func (c *Gateway) Validate() error {
 	}
 
 	v.intRange("max-message-bytes", c.MaxMessageBytes, MinMessageBytes, MaxMessageBytes)
+	v.notNegative("partial-frame-budget", c.PartialFrameBudget)
 	v.notNegative("max-conns-per-ip", c.MaxConnsPerIP)
 	v.notNegative("max-conns-per-user", c.MaxConnsPerUser)
 	v.rate("handshake-rate-per-ip", c.HandshakeRatePerIP)
@@ -84,6 +91,32 @@ func (c *Gateway) Validate() error {
 		v.failf("%s (%d) must not be negative (0 = do not wait)", EnvName("reliable-replicas"), c.ReliableReplicas)
 	}
 	v.logLevel("log-level", c.LogLevel)
+	return v.err
+}
+
+// Minimum secret lengths that CheckSecrets enforces.
+const (
+	MinHMACSecretBytes = 32
+	MinAPIKeyBytes     = 16
+)
+
+// SecretPlaceholder starts the placeholders of the shipped manifests; a
+// secret starting with it is refused.
+const SecretPlaceholder = "CHANGE-ME"
+
+// CheckSecrets refuses weak secrets: an HS256 secret (each of the comma
+// list of WSGATE_JWT_SECRET) shorter than MinHMACSecretBytes, an API key
+// shorter than MinAPIKeyBytes, and any secret starting with
+// SecretPlaceholder. wsgate gateway calls it after Validate; wsgate dev
+// and configurations built in code do not.
+func (c *Gateway) CheckSecrets() error {
+	var v checker
+	v.secret("api-key", c.APIKey, MinAPIKeyBytes)
+	for s := range strings.SplitSeq(c.JWTSecret, ",") {
+		if c.JWTSecret != "" {
+			v.secret("jwt-secret", strings.TrimSpace(s), MinHMACSecretBytes)
+		}
+	}
 	return v.err
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 )
 
@@ -101,6 +102,44 @@ func (s *Set) Load(args []string, env func(string) (string, bool)) error {
 		if err := s.apply(fv.st, raw, FromFlag, "", 0); err != nil {
 			return err
 		}
+	}
+	return s.readSecretFiles()
+}
+
+// CheckPlaceholders refuses every secret setting (see Setting.Secret)
+// whose value starts with SecretPlaceholder, e.g. WSGATE_UPSTREAM_SECRET
+// left at a manifest's CHANGE-ME value.
+func (s *Set) CheckPlaceholders() error {
+	var v checker
+	for _, st := range s.settings {
+		if st.redact == hideAll {
+			v.secret(st.name, st.current(), 0)
+		}
+	}
+	return v.err
+}
+
+// readSecretFiles sets each secret whose _FILE form is set from its file
+// (trailing CR LF or LF trimmed). Setting both forms is an error.
+func (s *Set) readSecretFiles() error {
+	for _, st := range s.settings {
+		f := st.fileForm
+		if f == nil || f.filePath == "" {
+			continue
+		}
+		if st.source != FromDefault {
+			return fmt.Errorf("%s and %s are both set: use one", st.Env(), f.Env())
+		}
+		b, err := os.ReadFile(f.filePath)
+		if err != nil {
+			return fmt.Errorf("%s: %v", f.Env(), err)
+		}
+		v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if v == "" {
+			return fmt.Errorf("%s: %s is empty", f.Env(), f.filePath)
+		}
+		st.assign(v)
+		st.source = f.source
 	}
 	return nil
 }

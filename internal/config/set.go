@@ -163,6 +163,7 @@ func (s *Set) add(st *Setting) *Setting {
 	s.settings = append(s.settings, st)
 	s.byName[st.name] = st
 	s.byKey[FileKey(st.name)] = st
+	st.set = s
 	st.reset()
 	return st
 }

@@ -58,14 +58,30 @@ type Setting struct {
 	hidden  bool
 	redact  redaction
 	source  Source
+
+	set      *Set     // the Set it belongs to
+	fileForm *Setting // a secret's _FILE form (see Secret)
+	filePath string   // the value of a _FILE form
 }
 
 // Hide leaves the setting out of --help and out of flags, environment and
 // file: only code sets it (e.g. the dev subcommand sets Gateway.Dev).
 func (st *Setting) Hide() *Setting { st.hidden = true; return st }
 
-// Secret makes Value show "***" instead of the value.
-func (st *Setting) Secret() *Setting { st.redact = hideAll; return st }
+// Secret makes Value show "***" instead of the value. A string secret
+// also gets a _FILE form (name-file, WSGATE_NAME_FILE, name_file) naming a
+// file that Load reads the value from, its trailing newline trimmed, so
+// that the secret need not be on the command line or in the environment.
+func (st *Setting) Secret() *Setting {
+	st.redact = hideAll
+	if st.kind == kindString && st.set != nil && st.fileForm == nil {
+		f := &Setting{name: st.name + "-file", kind: kindString, def: ""}
+		f.ptr = &f.filePath
+		f.usage = "file holding " + st.Env() + " (a trailing newline is trimmed); instead of " + st.Flag()
+		st.fileForm = st.set.add(f)
+	}
+	return st
+}
 
 // SecretURL makes Value hide the password of a URL value.
 func (st *Setting) SecretURL() *Setting { st.redact = hideURLPass; return st }

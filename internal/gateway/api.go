@@ -3,146 +3,27 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/allocator"
-	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/protocol"
-	"github.com/wsgate/wsgate/web"
 )
 
 const maxBodyBytes = 1 << 20
-
-// routes builds the node's HTTP surface (contract §2).
-func (n *Node) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ws", n.serveWS)
-	mux.HandleFunc("/ws", n.serveWS) // other methods: 400 from the upgrade check
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", n.serveReady)
-	mux.Handle("GET /metrics", n.metrics.Handler())
-	mux.HandleFunc("GET /v1/allocate", n.serveAllocate)
-
-	api := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
-		mux.HandleFunc(pattern, n.apiHandler(h))
-	}
-	api("POST /api/v1/publish", n.apiPublish)
-	api("POST /api/v1/publish/batch", n.apiPublishBatch)
-	api("PUT /api/v1/rooms/{room}/members/{user}", n.apiJoin)
-	api("DELETE /api/v1/rooms/{room}/members/{user}", n.apiLeave)
-	api("GET /api/v1/rooms/{room}/members", n.apiMembers)
-	api("GET /api/v1/rooms/{room}/history", n.apiHistory)
-	api("GET /api/v1/users/{user}/presence", n.apiPresence)
-	api("POST /api/v1/users/{user}/disconnect", n.apiDisconnect)
-	api("GET /api/v1/nodes", n.apiNodes)
-	api("POST /api/v1/nodes/{node}/drain", n.apiDrain)
-	mux.Handle(n.grpcHandler())
-	api("/api/", func(w http.ResponseWriter, r *http.Request) error {
-		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "no such API endpoint: " + r.Method + " " + r.URL.Path}
-	})
-	web.Register(mux)
-	return mux
-}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
 }
-
-// apiHandler checks the API key, bounds the request to 5 s and turns
-// errors into the contract's error bodies.
-func (n *Node) apiHandler(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := n.checkKey(r); err != nil {
-			writeError(w, http.StatusUnauthorized, "unauthorized", err.Error())
-			return
-		}
-		if ae := n.checkOpenAPI(r); ae != nil {
-			writeError(w, ae.Status, ae.Code, ae.Message)
-			return
-		}
-		// 4.5 s of work, so that the answer (503 at worst) leaves within
-		// the contract's 5 s.
-		ctx, cancel := context.WithTimeout(r.Context(), 4500*time.Millisecond)
-		defer cancel()
-		err := h(w, r.WithContext(ctx))
-		if err == nil {
-			return
-		}
-		var ae *APIError
-		if !errors.As(err, &ae) {
-			ae = unavailable("request", err)
-		}
-		if ae.Status >= 500 {
-			n.log.Warn("API request failed", "method", r.Method, "path", r.URL.Path, "err", ae.Message)
-		}
-		if ae.Status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", "1")
-		}
-		writeError(w, ae.Status, ae.Code, ae.Message)
-	}
-}
-
-func (n *Node) checkKey(r *http.Request) error {
-	if n.cfg.APIKey == "" {
-		if n.cfg.Dev {
-			return nil
-		}
-		return errors.New("the server API is disabled: WSGATE_API_KEY is not set")
-	}
-	a := r.Header.Get("Authorization")
-	if len(a) < 7 || !strings.EqualFold(a[:7], "bearer ") {
-		return errors.New("missing Authorization: Bearer <api key>")
-	}
-	if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(a[7:])), []byte(n.cfg.APIKey)) != 1 {
-		return errors.New("invalid API key")
-	}
-	return nil
-}
-
-// checkOpenAPI guards the API that wsgate dev leaves open (no key): a
-// web page the developer visits must not drive it. A request from a
-// foreign Origin is refused, and so is a body that is not JSON (a
-// cross-site form or text/plain POST, which needs no preflight).
-func (n *Node) checkOpenAPI(r *http.Request) *APIError {
-	if ae := n.checkOrigin(r); ae != nil || n.cfg.APIKey != "" || !n.cfg.Dev {
-		return ae
-	}
-	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
-		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-			return &APIError{Status: http.StatusUnsupportedMediaType, Code: "bad_request", Message: "the dev API takes Content-Type: application/json bodies only"}
-		}
-	}
-	return nil
-}
-
-// checkOrigin refuses a request of the open dev API from a foreign Origin.
-func (n *Node) checkOrigin(r *http.Request) *APIError {
-	if n.cfg.APIKey != "" || !n.cfg.Dev {
-		return nil
-	}
-	if o := r.Header.Values("Origin"); len(o) > 1 || !sameHostOnly.AllowOrigin(r.Header.Get("Origin"), r.Host) {
-		return &APIError{Status: http.StatusForbidden, Code: "origin_forbidden", Message: "the dev API answers its own pages only"}
-	}
-	return nil
-}
-
-// sameHostOnly is the Origin policy of the open dev API.
-var sameHostOnly = auth.NewOriginPolicy(nil)
 
 // readBody reads a JSON body of at most 1 MiB.
 func readBody(r *http.Request) ([]byte, error) {

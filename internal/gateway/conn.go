@@ -501,6 +501,7 @@ func (c *conn) teardownLocked(why string) {
 		c.n.metrics.Closes.WithLabelValues("0").Inc()
 	}
 	c.state = stClosed
+	c.n.releasePartial(c)
 	if c.tlsc != nil {
 		c.tlsc.close()
 	} else {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -33,8 +34,11 @@ func (n *Node) grpcHandler() (string, http.Handler) {
 		connect.WithInterceptors(connect.UnaryInterceptorFunc(n.grpcErrors)))
 	ew := connect.NewErrorWriter()
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := n.checkKey(r); err != nil {
-			ew.Write(w, r, grpcError(&APIError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: err.Error()}))
+		if ae, wait := n.keyRefusal(r); ae != nil {
+			if wait > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+			}
+			ew.Write(w, r, grpcError(ae))
 			return
 		}
 		// The open dev API: no foreign page may call it. A browser needs

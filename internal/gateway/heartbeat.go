@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -211,10 +212,22 @@ func (n *Node) notReadyReason() string {
 }
 
 // apiURL derives a node's HTTP base URL from its WebSocket URL.
-func apiURL(wsURL string) string {
+func apiURL(wsURL, adminListen string) string {
 	u, err := url.Parse(wsURL)
 	if err != nil {
 		return ""
+	}
+	if adminListen != "" {
+		// The API is on the admin listener: its port, on its host when
+		// that is a specific address, else on the advertised host.
+		host, port, err := net.SplitHostPort(adminListen)
+		if err != nil {
+			return ""
+		}
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			host = u.Hostname()
+		}
+		u.Host = net.JoinHostPort(host, port)
 	}
 	switch u.Scheme {
 	case "wss":

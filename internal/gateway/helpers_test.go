@@ -14,6 +14,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -29,8 +30,9 @@ const testSecret = "test-secret-0123456789"
 // testNode is a node on a real loopback listener with the embedded backend.
 type testNode struct {
 	*Node
-	addr string
-	stop func() // Shutdown and wait for Serve (once; the test's cleanup calls it too)
+	addr  string
+	admin string // the admin listener's address, when cfg.AdminListen was set
+	stop  func() // Shutdown and wait for Serve (once; the test's cleanup calls it too)
 }
 
 func startNode(t *testing.T, mutate func(*config.Gateway)) *testNode {
@@ -57,6 +59,13 @@ func startNodeWith(t *testing.T, backend cluster.Backend, mutate func(*config.Ga
 		t.Fatal(err)
 	}
 	cfg.AdvertiseURL = "ws://" + ln.Addr().String() + "/ws"
+	var adminLn net.Listener
+	if cfg.AdminListen != "" {
+		if adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Listen, cfg.AdminListen = ln.Addr().String(), adminLn.Addr().String()
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -69,14 +78,23 @@ func startNodeWith(t *testing.T, backend cluster.Backend, mutate func(*config.Ga
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); n.Serve(ln) }()
-	stop := sync.OnceFunc(func() {
+	adminDone := make(chan struct{})
+	tn := &testNode{Node: n, addr: ln.Addr().String()}
+	if adminLn != nil {
+		tn.admin = adminLn.Addr().String()
+		go func() { defer close(adminDone); n.ServeAdmin(adminLn) }()
+	} else {
+		close(adminDone)
+	}
+	tn.stop = sync.OnceFunc(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		n.Shutdown(ctx)
 		<-done
+		<-adminDone
 	})
-	t.Cleanup(stop)
-	return &testNode{Node: n, addr: ln.Addr().String(), stop: stop}
+	t.Cleanup(tn.stop)
+	return tn
 }
 
 func token(t testing.TB, sub string, extra map[string]any) string {
@@ -157,6 +175,12 @@ func (c *wsClient) readLoop() {
 		case ws.OpText:
 			var m map[string]any
 			if err := json.Unmarshal(payload, &m); err != nil {
+				m = map[string]any{"type": "undecodable", "raw": string(payload)}
+			}
+			c.frames <- m
+		case ws.OpBinary: // format=msgpack
+			var m map[string]any
+			if err := msgpack.Unmarshal(payload, &m); err != nil {
 				m = map[string]any{"type": "undecodable", "raw": string(payload)}
 			}
 			c.frames <- m

@@ -77,7 +77,9 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's pub claim does not allow "+cf.Target.Type+":"+cf.Target.ID)
 			return
 		}
-		_, err := c.n.Publish(ctx, PublishRequest{Target: *cf.Target, Event: cf.Event, Data: cf.Data, Class: "chat"})
+		// The sender is the verified user: a "from" in the frame or its
+		// data is never read.
+		_, err := c.n.Publish(ctx, PublishRequest{Target: *cf.Target, Event: cf.Event, Data: cf.Data, Class: "chat", From: c.user})
 		c.reply(cf.ID, err, 0)
 	case protocol.TypeSend:
 		c.handleSend(cf)

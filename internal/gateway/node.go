@@ -108,10 +108,16 @@ type Node struct {
 	hsCtx    context.Context
 	hsCancel context.CancelFunc
 
-	mux      *http.ServeMux
+	mux      *http.ServeMux // WSGATE_LISTEN (surface.go)
 	srv      *http.Server
+	adminMux *http.ServeMux // WSGATE_ADMIN_LISTEN; nil without it
+	adminSrv *http.Server
+	keyFails *auth.RateLimiter        // failed API-key attempts per client IP (apikey.go)
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
-	partial  sync.Map                 // *conn -> Unix s its unfinished frame or message began (reader.go)
+	partial  sync.Map                 // *conn -> *partialState, while it holds an unfinished frame or message (budget.go)
+
+	partialBytes atomic.Int64 // bytes held for unfinished client frames, all connections (budget.go)
+	shedMu       sync.Mutex   // one budget enforcement at a time
 }
 
 // New builds a node from a validated configuration; backend is the
@@ -213,14 +219,23 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	for i := 0; i < max(2, runtime.GOMAXPROCS(0)); i++ {
 		n.goFunc(n.writeLoop)
 	}
-	n.mux = n.routes()
+	n.keyFails = newKeyFailLimiter()
+	n.mux, n.adminMux = n.routes()
+	n.srv = n.httpServer(n.mux)
+	if n.adminMux != nil {
+		n.adminSrv = n.httpServer(n.adminMux)
+	}
+	return n, nil
+}
+
+func (n *Node) httpServer(h http.Handler) *http.Server {
 	// HTTP/2 also without TLS (prior knowledge), for plain-text gRPC.
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
 	protos.SetHTTP2(true)
 	protos.SetUnencryptedHTTP2(true)
-	n.srv = &http.Server{
-		Handler:   n.mux,
+	return &http.Server{
+		Handler:   h,
 		Protocols: protos,
 		// Contract §2: a request arrives whole (headers and body) within
 		// 10 s, else the connection is closed; idle ones go after 120 s.
@@ -230,7 +245,6 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		MaxHeaderBytes:    maxRequestHeader,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}
-	return n, nil
 }
 
 // goFunc starts a goroutine the node owns: Shutdown waits for it. Once
@@ -277,7 +291,9 @@ func (n *Node) goHandshake(f func()) bool {
 	return true
 }
 
-// Handler is the node's whole HTTP surface (WebSocket, API, metrics, web).
+// Handler is the handler of WSGATE_LISTEN: the node's whole HTTP surface
+// (WebSocket, API, metrics, web), or its public part when an admin
+// listener is configured (see AdminHandler).
 func (n *Node) Handler() http.Handler { return n.mux }
 
 // Metrics returns the node's collectors.
@@ -351,6 +367,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.hsCancel()
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = n.srv.Shutdown(sctx)
+	if n.adminSrv != nil {
+		_ = n.adminSrv.Shutdown(sctx)
+	}
 	cancel()
 	n.hs.Wait()
 	for _, c := range n.hub.all() {
@@ -405,7 +424,7 @@ func (n *Node) info() cluster.NodeInfo {
 	return cluster.NodeInfo{
 		ID:          n.cfg.NodeID,
 		URL:         n.cfg.AdvertiseURL,
-		APIURL:      apiURL(n.cfg.AdvertiseURL),
+		APIURL:      apiURL(n.cfg.AdvertiseURL, n.cfg.AdminListen),
 		Status:      n.Status(),
 		Weight:      int(n.weight.Load()),
 		Connections: n.hub.count(),

@@ -33,6 +33,7 @@ type PublishRequest struct {
 	// header or metadata); the message carries it to the delivering
 	// nodes. An invalid value is ignored.
 	Traceparent string
+	From        string // the publishing client's user id (client publish frames); empty for the API
 }
 
 // PublishResult is the API's answer to a publish.
@@ -207,7 +208,7 @@ func (n *Node) publishTraced(ctx context.Context, r PublishRequest, cl class, id
 // envelopes carry ("" for none).
 func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, tp string) (PublishResult, error) {
 	now := time.Now()
-	msg := protocol.Message{ID: id, Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target}
+	msg := protocol.Message{ID: id, Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target, From: r.From}
 	res := PublishResult{ID: msg.ID}
 	n.metrics.Published.WithLabelValues(r.Target.Type).Inc()
 	switch r.Target.Type {
@@ -364,7 +365,7 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 		r := &reqs[i]
 		m := &ms[k]
 		m.req, m.cl, m.res = r, classes[i], &results[i]
-		m.msg = protocol.Message{ID: n.newID(), Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target}
+		m.msg = protocol.Message{ID: n.newID(), Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target, From: r.From}
 		if r.Reliable {
 			appends = append(appends, cluster.InboxAppend{User: r.Target.ID, Payload: protocol.AppendMessageJSON(make([]byte, 0, msgSize(&m.msg)), &m.msg)})
 			appendAt = append(appendAt, k)
@@ -489,7 +490,7 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 // built without growing: the fixed keys, the numbers, and the strings with
 // room for a few escapes.
 func msgSize(m *protocol.Message) int {
-	return 128 + len(m.Data) + 2*(len(m.ID)+len(m.Event)+len(m.Target.ID))
+	return 128 + len(m.Data) + 2*(len(m.ID)+len(m.Event)+len(m.Target.ID)+len(m.From))
 }
 
 func cmpOr(a, b error) error {

@@ -59,14 +59,7 @@ func (c *conn) feed(b []byte) {
 // before). It returns false once the connection is finished.
 func (c *conn) consume(data []byte) bool {
 	was := c.holdsPartial()
-	defer func() {
-		// Only the transitions touch the node's map (see expirePartial).
-		if is := c.holdsPartial(); is && !was {
-			c.n.partial.Store(c, time.Now().Unix())
-		} else if was && !is {
-			c.n.partial.Delete(c)
-		}
-	}()
+	defer func() { c.accountPartial(was) }()
 	if len(c.rbuf) > 0 {
 		c.rbuf = append(c.rbuf, data...)
 		data = c.rbuf
@@ -134,7 +127,7 @@ func (n *Node) expirePartial(now int64) {
 		switch {
 		case c.state == stClosed:
 			n.partial.CompareAndDelete(c, v)
-		case c.state < stClosing && now-v.(int64) >= int64(partialFrameTimeout/time.Second):
+		case c.state < stClosing && now-v.(*partialState).since >= int64(partialFrameTimeout/time.Second):
 			c.closeWithReasonLocked(protocol.ClosePolicy, "a frame not completed within 10 s")
 		}
 		c.mu.Unlock()

@@ -34,6 +34,8 @@ type Metrics struct {
 	TokenRefresh      *prometheus.CounterVec // result
 	KeySetFetches     *prometheus.CounterVec // result
 	RoomHistory       prometheus.Counter     // messages stored in reliable rooms' histories (v2)
+	APIKeyFailures    *prometheus.CounterVec // result: refused (401), throttled (429)
+	PartialBytes      prometheus.Gauge       // bytes held for unfinished client frames, node-wide
 
 	Upstream // v2: sinks and rpc (upstream.go)
 }
@@ -96,7 +98,9 @@ func New() *Metrics {
 	m.KeySetFetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_jwks_fetch_total", Help: "Fetches of the JWKS key set (WSGATE_JWKS_URL), by result (ok, error)."}, []string{"result"})
 	m.RoomHistory = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_room_history_messages_total", Help: "Reliable room messages this node stored in their room's history."})
 	f(m.RoomHistory)
-	for _, c := range []prometheus.Collector{m.TokenRefresh, m.KeySetFetches, m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
+	m.APIKeyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_api_key_failures_total", Help: "Server API requests refused for their key: refused (401, a wrong or missing key) or throttled (429, too many failures from the client IP)."}, []string{"result"})
+	m.PartialBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_partial_frame_bytes", Help: "Bytes held for unfinished client frames and fragmented messages, all connections of the node."})
+	for _, c := range []prometheus.Collector{m.TokenRefresh, m.KeySetFetches, m.APIKeyFailures, m.PartialBytes, m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)
 	}
@@ -122,6 +126,9 @@ func New() *Metrics {
 	}
 	for _, r := range []string{RefreshOK, RefreshInvalid, RefreshOtherUser} {
 		m.TokenRefresh.WithLabelValues(r)
+	}
+	for _, r := range []string{"refused", "throttled"} {
+		m.APIKeyFailures.WithLabelValues(r)
 	}
 	for _, r := range []string{RejectBadRequest, RejectUnauthorized, RejectOrigin, RejectRate, RejectConnLimit, RejectUnavailable} {
 		m.HandshakeRejected.WithLabelValues(r)

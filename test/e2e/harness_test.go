@@ -37,8 +37,8 @@ import (
 )
 
 const (
-	apiKey    = "e2e-api-key"
-	jwtSecret = "e2e-jwt-secret-0123456789abcdef"
+	apiKey    = "e2e-api-key-0123456789"
+	jwtSecret = "e2e-jwt-secret-0123456789abcdef0123"
 )
 
 // wsgateBin is the gateway binary, built once by TestMain.

@@ -186,7 +186,10 @@ function onMessage(m) {
   if (m.id) seen.add(m.id);
   $('session-seq').textContent = String(client?.lastSeq ?? 0);
   const data = m.data;
-  const from = typeof data?.from === 'string' && data.from ? data.from : '';
+  // The sender is the server-set `from` (the publishing client's user id;
+  // absent for API publishes), never anything inside data: a client cannot
+  // post as someone else.
+  const from = typeof m.from === 'string' && m.from ? m.from : '';
   let key;
   switch (m.target?.type) {
     case 'room': key = `room:${m.target.id}`; break;
@@ -219,7 +222,7 @@ async function send(text) {
   const item = add(c, { kind: 'msg', from: me, text, ts: Date.now(), mine: true, status: 'pending', cid, event: c.kind === 'dm' ? 'dm' : 'chat' });
   const target = c.kind === 'room' ? { type: 'room', id: c.name } : { type: 'user', id: c.name };
   try {
-    await client.publish(target, item.event, { from: me, text, cid });
+    await client.publish(target, item.event, { text, cid });
     // Rooms echo the message back (matched by cid in onMessage); the reply
     // may come before or after that echo.
     if (item.status === 'pending') item.status = 'sent';

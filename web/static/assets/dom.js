@@ -15,6 +15,7 @@ export function h(tag, attrs, ...children) {
     else if (k === 'dataset') Object.assign(el.dataset, v);
     else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
     else if (k === 'text') el.textContent = v;
+    else if (k === 'style') el.style.cssText = String(v); // CSSOM: allowed by the pages' CSP (no inline style attributes)
     else el.setAttribute(k, v === true ? '' : String(v));
   }
   append(el, children);

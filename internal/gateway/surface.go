@@ -1,0 +1,134 @@
+package gateway
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"net/netip"
+
+	"github.com/wsgate/wsgate/web"
+)
+
+// The node's HTTP surface (contract §2). Without WSGATE_ADMIN_LISTEN one
+// mux carries everything, the profiler for loopback peers only. With it,
+// the public listener carries only the paths a client needs (publicMux)
+// and the admin listener everything else (adminMux): the server API,
+// /metrics, the console and the profiler.
+
+// routes returns the handler of WSGATE_LISTEN and, when an admin
+// listener is configured, the handler of WSGATE_ADMIN_LISTEN (else nil).
+func (n *Node) routes() (public, admin *http.ServeMux) {
+	if n.cfg.AdminListen == "" {
+		mux := http.NewServeMux()
+		n.clientRoutes(mux)
+		n.adminRoutes(mux, true)
+		return mux, nil
+	}
+	public = http.NewServeMux()
+	n.clientRoutes(public)
+	web.RegisterPublic(public, n.cfg.Dev)
+	admin = http.NewServeMux()
+	admin.HandleFunc("GET /healthz", n.serveHealth)
+	admin.HandleFunc("GET /readyz", n.serveReady)
+	admin.HandleFunc("GET /v1/allocate", n.serveAllocate) // for in-cluster callers too
+	n.adminRoutes(admin, false)
+	return public, admin
+}
+
+// clientRoutes are the paths of both layouts that clients use.
+func (n *Node) clientRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /ws", n.serveWS)
+	mux.HandleFunc("/ws", n.serveWS) // other methods: 400 from the upgrade check
+	mux.HandleFunc("GET /healthz", n.serveHealth)
+	mux.HandleFunc("GET /readyz", n.serveReady)
+	mux.HandleFunc("GET /v1/allocate", n.serveAllocate)
+}
+
+// adminRoutes are the server API, metrics, console and profiler. With
+// loopbackPprof (the shared listener) the profiler answers loopback
+// peers only: its cmdline and heap would tell a stranger too much.
+func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
+	mux.Handle("GET /metrics", n.metrics.Handler())
+	api := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		mux.HandleFunc(pattern, n.apiHandler(h))
+	}
+	api("POST /api/v1/publish", n.apiPublish)
+	api("POST /api/v1/publish/batch", n.apiPublishBatch)
+	api("PUT /api/v1/rooms/{room}/members/{user}", n.apiJoin)
+	api("DELETE /api/v1/rooms/{room}/members/{user}", n.apiLeave)
+	api("GET /api/v1/rooms/{room}/members", n.apiMembers)
+	api("GET /api/v1/rooms/{room}/history", n.apiHistory)
+	api("GET /api/v1/users/{user}/presence", n.apiPresence)
+	api("POST /api/v1/users/{user}/disconnect", n.apiDisconnect)
+	api("GET /api/v1/nodes", n.apiNodes)
+	api("POST /api/v1/nodes/{node}/drain", n.apiDrain)
+	mux.Handle(n.grpcHandler())
+	api("/api/", func(w http.ResponseWriter, r *http.Request) error {
+		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "no such API endpoint: " + r.Method + " " + r.URL.Path}
+	})
+	web.Register(mux)
+	p := ProfilerHandler()
+	if loopbackPprof {
+		p = LoopbackOnly(p)
+	}
+	mux.Handle("/debug/pprof/", p)
+}
+
+func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// ProfilerHandler serves net/http/pprof under /debug/pprof/.
+func ProfilerHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// LoopbackOnly answers 404 to every peer that is not a loopback address
+// (the peer of the socket, or the client a PROXY header named), and to
+// requests a proxy forwarded (X-Forwarded-For, X-Real-IP or Forwarded): a
+// reverse proxy on the same host is a loopback peer too.
+func LoopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, err := netip.ParseAddr(peerIP(r))
+		forwarded := r.Header.Get("X-Forwarded-For") != "" || r.Header.Get("X-Real-Ip") != "" || r.Header.Get("Forwarded") != ""
+		if err != nil || !a.Unmap().IsLoopback() || forwarded {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// AdminHandler is the admin listener's handler (nil without
+// WSGATE_ADMIN_LISTEN).
+func (n *Node) AdminHandler() http.Handler {
+	if n.adminMux == nil {
+		return nil
+	}
+	return n.adminMux
+}
+
+// ServeAdmin serves the admin plane on ln until Shutdown. It is an error
+// without WSGATE_ADMIN_LISTEN.
+func (n *Node) ServeAdmin(ln net.Listener) error {
+	if n.adminSrv == nil {
+		return errors.New("no admin listener configured (WSGATE_ADMIN_LISTEN)")
+	}
+	var err error
+	if n.cfg.TLSCertFile != "" {
+		err = n.adminSrv.ServeTLS(ln, n.cfg.TLSCertFile, n.cfg.TLSKeyFile)
+	} else {
+		err = n.adminSrv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
