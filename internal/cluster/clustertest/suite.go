@@ -38,6 +38,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) cluster.Backend) {
 		{"Inbox", inboxTests},
 		{"Bus", busTests},
 		{"Misc", miscTests},
+		{"Lifecycle", lifecycleTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
