@@ -31,6 +31,7 @@ type Metrics struct {
 	DrainRemaining    prometheus.Gauge
 	Closes            *prometheus.CounterVec // code
 	BusReceived       *prometheus.CounterVec // kind
+	Upstream          *Upstream              // section 16 (upstream.go)
 }
 
 // Handshake rejection reasons.
@@ -62,7 +63,7 @@ func New() *Metrics {
 	r.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPU)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := func(c prometheus.Collector) { r.MustRegister(c) }
-	m := &Metrics{Registry: r}
+	m := &Metrics{Registry: r, Upstream: newUpstream(r)}
 	m.Connections = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_connections", Help: "Open WebSocket connections on this node."})
 	m.ConnectionsTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_connections_total", Help: "WebSocket connections accepted (upgraded) since start."})
 	m.HandshakeRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_handshake_rejected_total", Help: "Handshakes refused before the upgrade, by reason."}, []string{"reason"})
