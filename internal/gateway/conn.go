@@ -161,7 +161,16 @@ type connExtra struct {
 	readTo   int64                  // inbox last seq at the last read: every seq up to it was read, reported as a gap or acknowledged
 	pending  []cluster.InboxMessage // read from the inbox, not queued yet
 	room     chan struct{}          // closed when the queue drains (a catch-up waits for room)
+
+	// Lifecycle events (events.go), only with WSGATE_EVENTS.
+	info        []byte // the token's info claim, for the connect record
+	lifeUp      bool   // the connection's ConnUp was queued; its end is not yet
+	closeCode   int    // the first close code sent (0: none yet)
+	closeReason string
 }
+
+// deviceName is the device the connection's records name.
+func (c *conn) deviceName() string { return "default" }
 
 func (c *conn) extra() *connExtra {
 	if c.x == nil {
@@ -408,6 +417,9 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 		return
 	}
 	wasResuming := c.state == stResuming
+	if c.n.events != nil {
+		c.extra().closeCode, c.x.closeReason = code, reason
+	}
 	c.state = stClosing
 	c.closingSince = time.Now().Unix()
 	c.n.metrics.Closes.WithLabelValues(closeLabel(code)).Inc()
@@ -436,6 +448,9 @@ func (c *conn) teardownLocked(why string) {
 	}
 	if c.state != stClosing {
 		c.n.metrics.Closes.WithLabelValues("0").Inc()
+		if c.n.events != nil {
+			c.extra().closeCode, c.x.closeReason = closeAbnormal, why
+		}
 	}
 	c.state = stClosed
 	if c.tlsc != nil {

@@ -303,6 +303,9 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	if !a.claims.ExpiresAt.IsZero() {
 		c.exp = a.claims.ExpiresAt.Unix()
 	}
+	if n.events != nil {
+		c.extra().info = a.claims.Info
+	}
 	n.metrics.ConnectionsTotal.Inc()
 	n.accepted.Add(1)
 	return c
@@ -486,6 +489,9 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	// go out from here (a full queue is written inline, never taken for
 	// a slow client).
 	c.state = stOpen
+	if n.events != nil {
+		n.events.openedLocked(c, ip, c.x.info)
+	}
 	c.queueReplayLocked(rd.Messages)
 	c.releaseLocked(held)
 	c.writeOutLocked()
@@ -566,6 +572,9 @@ func (n *Node) replaceOthers(ctx context.Context, c *conn) {
 // forget removes an ended connection from the hub, the cluster and the
 // limits. Runs once per connection, off the lock.
 func (n *Node) forget(c *conn) {
+	if n.events != nil {
+		n.events.ended(c) // before the hub lets Shutdown go on
+	}
 	emptied, found := n.hub.remove(c)
 	if !found {
 		return

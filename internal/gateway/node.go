@@ -81,6 +81,8 @@ type Node struct {
 
 	asks askTable // requests to other nodes waiting for their answer
 
+	events *events // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -309,6 +311,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	for _, c := range n.hub.all() {
 		c.teardown("shutdown")
 	}
+	ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	n.events.stop(ectx)
+	cancel()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = n.backend.RemoveNode(rctx, n.cfg.NodeID)
 	cancel()

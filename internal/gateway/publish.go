@@ -199,6 +199,9 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 				return PublishResult{}, unavailable("inbox append", err)
 			}
 			msg.Seq, res.Seq, routes = ar.Seq, ar.Seq, ar.Routes
+			if !ar.Existing {
+				n.events.appended(ctx, r.Target.ID, ar.Seq, msg.ID, msg.Event)
+			}
 		} else {
 			start := time.Now()
 			var err error
@@ -359,6 +362,9 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 			}
 			m.msg.Seq = o.Seq
 			m.nodes, m.live, m.ok = routeNodes(o.Routes), len(n.lb.live(o.Routes)) > 0, true
+			if !o.Existing {
+				n.events.appended(ctx, m.req.Target.ID, o.Seq, m.msg.ID, m.msg.Event)
+			}
 		}
 		n.observe("publish", start, firstErr)
 	}
