@@ -53,6 +53,9 @@ type Claims struct {
 	Pub []string
 	// Info is the info claim as raw JSON, nil when absent or null.
 	Info json.RawMessage
+	// Send are the event patterns a client's send frames may carry
+	// (nil: any).
+	Send []string
 }
 
 // Verifier checks client tokens. It is immutable after NewVerifier and safe

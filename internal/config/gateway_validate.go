@@ -23,7 +23,7 @@ func (c *Gateway) Validate() error {
 	v.redisPrefix("redis-prefix", c.RedisPrefix)
 
 	v.file("jwt-public-key-file", c.JWTPublicKeyFile)
-	if v.ok() && c.JWTSecret == "" && c.JWTPublicKeyFile == "" && !c.AuthInsecure && !c.Dev {
+	if v.ok() && c.JWTSecret == "" && c.JWTPublicKeyFile == "" && c.ConnectURL == "" && !c.AuthInsecure && !c.Dev {
 		v.failf("%s or %s must be set to verify client tokens (or %s=true to accept ?user=ID without a token)",
 			EnvName("jwt-secret"), EnvName("jwt-public-key-file"), EnvName("auth-insecure"))
 	}

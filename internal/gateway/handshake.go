@@ -107,6 +107,8 @@ type wsRequest struct {
 	protocols []string // the Sec-WebSocket-Protocol headers
 	xff       string   // X-Forwarded-For (all of them, comma-joined)
 	realIP    string   // X-Real-IP
+	cookie    string   // Cookie (all of them, "; "-joined), for WSGATE_CONNECT_URL
+	userAgent string   // User-Agent, for WSGATE_CONNECT_URL
 }
 
 func requestOf(r *http.Request) wsRequest {
@@ -114,6 +116,7 @@ func requestOf(r *http.Request) wsRequest {
 		ip: peerIP(r), query: r.URL.Query(), origin: r.Header.Get("Origin"), host: r.Host,
 		authz: r.Header.Get("Authorization"), protocols: r.Header.Values("Sec-WebSocket-Protocol"),
 		xff: strings.Join(r.Header.Values("X-Forwarded-For"), ","), realIP: r.Header.Get("X-Real-Ip"),
+		cookie: strings.Join(r.Header.Values("Cookie"), "; "), userAgent: r.Header.Get("User-Agent"),
 	}
 }
 
@@ -200,6 +203,7 @@ type admission struct {
 	format   protocol.Format
 	since    int64
 	hasSince bool
+	proxy    []byte // the WSGATE_CONNECT_URL request still to make (claims is nil until then)
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the
@@ -231,7 +235,10 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 		}
 		a.since, a.hasSince = v, true
 	}
-	if a.claims, err = n.authenticate(req); err != nil {
+	if n.useConnectProxy(req) {
+		// Asked off the event loop, once the IP slot is held (askProxy).
+		a.proxy = connectRequest(req)
+	} else if a.claims, err = n.authenticate(req); err != nil {
 		return a, refuseWith(http.StatusUnauthorized, "unauthorized", err.Error())
 	}
 	if !n.ipConns.Acquire(req.ip) {
@@ -330,7 +337,10 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	req := requestOf(r)
 	a, f := n.admit(&req)
 	if f == nil {
-		if f = n.checkUserLimit(r.Context(), a.claims.Subject); f != nil {
+		if f = n.askProxy(r.Context(), &a); f == nil {
+			f = n.checkUserLimit(r.Context(), a.claims.Subject)
+		}
+		if f != nil {
 			n.release(&a)
 		}
 	}
