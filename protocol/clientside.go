@@ -34,6 +34,7 @@ type ServerFrame struct {
 	Seq    int64           `json:"seq" msgpack:"seq"`
 	OK     bool            `json:"ok" msgpack:"ok"`
 	Error  *ErrorBody      `json:"error" msgpack:"error"`
+	Result json.RawMessage `json:"result" msgpack:"-"` // rpc reply; always JSON
 
 	// gap
 	From   int64 `json:"from" msgpack:"from"`
@@ -57,7 +58,8 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 	if f == MsgPack {
 		var raw struct {
 			ServerFrame
-			Data msgpack.RawMessage `msgpack:"data"`
+			Data   msgpack.RawMessage `msgpack:"data"`
+			Result msgpack.RawMessage `msgpack:"result"`
 		}
 		if err := checkMsgpack(b); err != nil {
 			return nil, fmt.Errorf("invalid MessagePack server frame: %w", err)
@@ -72,6 +74,13 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 				return nil, fmt.Errorf("invalid data in server frame: %w", err)
 			}
 			sf.Data = j
+		}
+		if len(raw.Result) > 0 {
+			j, err := MsgpackToJSON(raw.Result)
+			if err != nil {
+				return nil, fmt.Errorf("invalid result in server frame: %w", err)
+			}
+			sf.Result = j
 		}
 	} else if err := json.Unmarshal(b, &sf); err != nil {
 		return nil, fmt.Errorf("invalid JSON server frame: %w", err)
@@ -147,6 +156,10 @@ func AppendClientJSON(dst []byte, cf *ClientFrame, data json.RawMessage) []byte 
 		dst = append(dst, `,"event":`...)
 		dst = AppendJSONString(dst, cf.Event)
 	}
+	if cf.Method != "" {
+		dst = append(dst, `,"method":`...)
+		dst = AppendJSONString(dst, cf.Method)
+	}
 	if len(data) > 0 {
 		dst = append(dst, `,"data":`...)
 		dst = append(dst, data...)
@@ -174,6 +187,9 @@ func encodeClientMsgpack(cf *ClientFrame, data json.RawMessage) ([]byte, error) 
 	}
 	if cf.Event != "" {
 		obj["event"] = cf.Event
+	}
+	if cf.Method != "" {
+		obj["method"] = cf.Method
 	}
 	if len(data) > 0 {
 		m, err := JSONToMsgpack(data)

@@ -16,6 +16,8 @@ func TestEncodeClientRoundTrip(t *testing.T) {
 		{Type: TypeLeave, ID: "2", Room: "team-\"a\""},
 		{Type: TypePublish, ID: "3", Target: &Target{Type: TargetRoom, ID: "lobby"}, Event: "chat", Data: json.RawMessage(`{"text":"hi","n":12345678901,"f":1.5}`)},
 		{Type: TypePublish, ID: "4", Target: &Target{Type: TargetUser, ID: "bob"}},
+		{Type: TypeSend, ID: "5", Event: "chat", Data: json.RawMessage(`{"text":"hi"}`)},
+		{Type: TypeRPC, ID: "6", Method: "history.get", Data: json.RawMessage(`[1]`)},
 	}
 	for _, f := range []Format{JSON, MsgPack} {
 		for _, cf := range frames {
@@ -116,4 +118,21 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 		t.Fatalf("%s: %v", b, err)
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+func TestEncodeReplyResult(t *testing.T) {
+	r := &Reply{Type: TypeReply, ID: "7", OK: true, Result: json.RawMessage(`{"a":[1,"x"],"b":null}`)}
+	for _, f := range []Format{JSON, MsgPack} {
+		b, err := EncodeReply(f, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sf, err := DecodeServer(f, b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if sf.ID != "7" || !sf.OK || string(sf.Result) != `{"a":[1,"x"],"b":null}` {
+			t.Fatalf("%s: decoded %+v result %s", f, sf, sf.Result)
+		}
+	}
 }

@@ -125,6 +125,30 @@ func (cf *ClientFrame) validate() error {
 			cf.Data = json.RawMessage("null")
 		}
 		return nil
+	case TypeSend:
+		if cf.ID == "" {
+			return badFrame("send needs an id")
+		}
+		if cf.Event != "" {
+			if err := ValidName("event", cf.Event); err != nil {
+				return badFrame("send: %v", err)
+			}
+		}
+		if len(cf.Data) == 0 {
+			cf.Data = json.RawMessage("null")
+		}
+		return nil
+	case TypeRPC:
+		if cf.ID == "" {
+			return badFrame("rpc needs an id")
+		}
+		if err := ValidName("method", cf.Method); err != nil {
+			return badFrame("rpc: %v", err)
+		}
+		if len(cf.Data) == 0 {
+			cf.Data = json.RawMessage("null")
+		}
+		return nil
 	case "":
 		return badFrame("frame has no type")
 	}
@@ -167,6 +191,23 @@ func Encode(f Format, v any) ([]byte, error) {
 		return msgpack.Marshal(v)
 	}
 	return json.Marshal(v)
+}
+
+// EncodeReply encodes a reply frame; for MsgPack its JSON Result is
+// converted.
+func EncodeReply(f Format, r *Reply) ([]byte, error) {
+	if f == JSON || r.Result == nil {
+		return Encode(f, r)
+	}
+	res, err := JSONToMsgpack(r.Result)
+	if err != nil {
+		return nil, err
+	}
+	obj := map[string]any{"type": r.Type, "id": r.ID, "ok": r.OK, "result": msgpack.RawMessage(res)}
+	if r.Error != nil {
+		obj["error"] = r.Error
+	}
+	return msgpack.Marshal(obj)
 }
 
 // AppendMessageJSON appends the JSON message frame of m to dst. It is the

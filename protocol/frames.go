@@ -19,6 +19,8 @@ const (
 	TypeJoin    = "join"
 	TypeLeave   = "leave"
 	TypePublish = "publish"
+	TypeSend    = "send" // (v2) to the business through the upstream sink
+	TypeRPC     = "rpc"  // (v2) a request answered by WSGATE_RPC_URL
 )
 
 // Error codes of error frames and refused replies.
@@ -67,6 +69,8 @@ type Reply struct {
 	OK    bool       `json:"ok" msgpack:"ok"`
 	Error *ErrorBody `json:"error,omitempty" msgpack:"error,omitempty"`
 	Seq   int64      `json:"seq,omitempty" msgpack:"seq,omitempty"`
+	// Result is an rpc answer's result (JSON; see EncodeReply).
+	Result json.RawMessage `json:"result,omitempty" msgpack:"-"`
 }
 
 // Pong answers a ping.
@@ -118,6 +122,7 @@ type ClientFrame struct {
 	Room   string          `json:"room" msgpack:"room"`
 	Target *Target         `json:"target" msgpack:"target"`
 	Event  string          `json:"event" msgpack:"event"`
+	Method string          `json:"method" msgpack:"method"` // rpc
 	Data   json.RawMessage `json:"data" msgpack:"-"`
 	TS     *float64        `json:"ts" msgpack:"ts"`
 }

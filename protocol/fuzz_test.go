@@ -30,8 +30,11 @@ func FuzzDecodeClient(f *testing.F) {
 			}
 			return
 		}
-		if cf.Type == TypePublish && !json.Valid(cf.Data) {
-			t.Fatalf("accepted publish with invalid data %q", cf.Data)
+		if (cf.Type == TypePublish || cf.Type == TypeSend || cf.Type == TypeRPC) && !json.Valid(cf.Data) {
+			t.Fatalf("accepted %s with invalid data %q", cf.Type, cf.Data)
+		}
+		if (cf.Type == TypeSend || cf.Type == TypeRPC) && cf.ID == "" {
+			t.Fatalf("accepted %s without an id", cf.Type)
 		}
 	})
 }

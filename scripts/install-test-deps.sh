@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs from Debian's packages, if missing:
-# redis-server (with redis-cli and sentinel mode) and Chromium for the
-# browser tests. Idempotent; needs root (CI runs as root).
+# redis-server (with redis-cli and sentinel mode), nats-server (JetStream,
+# for the upstream sink tests) and Chromium for the browser tests. Idempotent; needs root (CI runs as root).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
+command -v nats-server >/dev/null || need+=(nats-server)
 if [ ${#need[@]} -eq 0 ]; then
-	echo "test dependencies present: $(redis-server --version | cut -d' ' -f1-3), $(chromium --version 2>/dev/null | head -1)"
+	echo "test dependencies present: $(redis-server --version | cut -d' ' -f1-3), $(nats-server --version), $(chromium --version 2>/dev/null | head -1)"
 	exit 0
 fi
 echo "installing test dependencies: ${need[*]}"

@@ -35,6 +35,13 @@ func AllowRoom(c *Claims, room string) bool {
 	return c != nil && Match(c.Rooms, room)
 }
 
+// AllowSend reports whether the token lets its user send event upstream:
+// without a send claim any event may be sent; with one (even an empty
+// list) the event must match one of its patterns.
+func AllowSend(c *Claims, event string) bool {
+	return c == nil || c.Send == nil || Match(c.Send, event)
+}
+
 // Publish target types, as written in pub patterns ("user:ID", "room:ID").
 const (
 	TargetUser = "user"

@@ -119,3 +119,24 @@ func BenchmarkAllowPublish(b *testing.B) {
 		}
 	}
 }
+
+func TestAllowSend(t *testing.T) {
+	for _, tc := range []struct {
+		send  []string
+		event string
+		want  bool
+	}{
+		{nil, "chat", true}, // no claim: anything
+		{nil, "", true},
+		{[]string{}, "chat", false}, // an empty claim allows nothing
+		{[]string{"chat"}, "chat", true},
+		{[]string{"chat"}, "chat.x", false},
+		{[]string{"chat.*"}, "chat.x", true},
+		{[]string{"chat.*"}, "chat.", false},
+		{[]string{"*"}, "", false},
+	} {
+		if got := AllowSend(&Claims{Send: tc.send}, tc.event); got != tc.want {
+			t.Errorf("AllowSend(%q, %q) = %v, want %v", tc.send, tc.event, got, tc.want)
+		}
+	}
+}

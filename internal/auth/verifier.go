@@ -51,11 +51,11 @@ type Claims struct {
 	Rooms []string
 	// Pub are the publish-target patterns ("room:lobby", "user:*").
 	Pub []string
+	// Send are the event patterns the client may send upstream (v2);
+	// nil when the token has no send claim (any event may be sent).
+	Send []string
 	// Info is the info claim as raw JSON, nil when absent or null.
 	Info json.RawMessage
-	// Send are the event patterns a client's send frames may carry
-	// (nil: any).
-	Send []string
 }
 
 // Verifier checks client tokens. It is immutable after NewVerifier and safe
@@ -145,6 +145,7 @@ type tokenClaims struct {
 	Nbf   json.Number     `json:"nbf"`
 	Rooms []string        `json:"rooms"`
 	Pub   []string        `json:"pub"`
+	Send  []string        `json:"send"`
 	Info  json.RawMessage `json:"info"`
 }
 
@@ -288,6 +289,7 @@ func (v *Verifier) checkClaims(tc *tokenClaims, now time.Time) (*Claims, error) 
 		ExpiresAt: exp,
 		Rooms:     tc.Rooms,
 		Pub:       tc.Pub,
+		Send:      tc.Send,
 		Info:      info,
 	}, nil
 }

@@ -268,7 +268,7 @@ func pemDER(p []byte) []byte {
 func TestVerifyClaims(t *testing.T) {
 	v := mustVerifier(t, VerifierConfig{HMACSecret: testSecret})
 	exp := testNow.Add(time.Hour)
-	tok := rawSigned(t, `{"sub":"alice","exp":`+itoa(exp.Unix())+`,"rooms":["lobby","team-*"],"pub":["room:lobby","user:*"],"info":{"name":"Alice","tags":[1,2]},"extra":{"ignored":true}}`)
+	tok := rawSigned(t, `{"sub":"alice","exp":`+itoa(exp.Unix())+`,"rooms":["lobby","team-*"],"pub":["room:lobby","user:*"],"send":["chat.*"],"info":{"name":"Alice","tags":[1,2]},"extra":{"ignored":true}}`)
 	c, err := v.Verify(tok, testNow)
 	if err != nil {
 		t.Fatal(err)
@@ -282,16 +282,22 @@ func TestVerifyClaims(t *testing.T) {
 	if string(c.Info) != `{"name":"Alice","tags":[1,2]}` {
 		t.Errorf("info = %s", c.Info)
 	}
+	if !slices.Equal(c.Send, []string{"chat.*"}) {
+		t.Errorf("send = %q", c.Send)
+	}
+	if c, err := v.Verify(rawSigned(t, `{"sub":"a","exp":`+itoa(exp.Unix())+`,"send":[]}`), testNow); err != nil || c.Send == nil {
+		t.Errorf("an empty send claim must stay a (non-nil) claim: %v %+v", err, c)
+	}
 
 	for _, payload := range []string{
 		`{"sub":"bob","exp":` + itoa(exp.Unix()) + `}`,
-		`{"sub":"bob","exp":` + itoa(exp.Unix()) + `,"info":null,"rooms":null,"pub":null}`,
+		`{"sub":"bob","exp":` + itoa(exp.Unix()) + `,"info":null,"rooms":null,"pub":null,"send":null}`,
 	} {
 		c, err := v.Verify(rawSigned(t, payload), testNow)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Info != nil || c.Rooms != nil || c.Pub != nil {
+		if c.Info != nil || c.Rooms != nil || c.Pub != nil || c.Send != nil {
 			t.Errorf("%s: absent claims not nil: %+v", payload, c)
 		}
 	}

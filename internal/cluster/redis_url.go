@@ -192,3 +192,10 @@ func clusterOptions(opt *redis.ClusterOptions) *redis.ClusterOptions {
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return opt
 }
+
+// NewRedisClient builds a go-redis client for any URL that WSGATE_REDIS_URL
+// accepts, with the timeouts of the cluster backend (the upstream Redis
+// Streams sink uses it, so both speak the same URL grammar).
+func NewRedisClient(rawURL string) (redis.UniversalClient, error) {
+	return newRedisClient(rawURL)
+}

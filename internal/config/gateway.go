@@ -38,6 +38,10 @@ type Gateway struct {
 	MessageRate        float64 // client frames per second per connection, 0 = no limit
 	DevicePolicy       string  // DeviceMulti or DeviceSingle
 
+	UpstreamURL    string // where send frames and events go (contract section 13); empty = none
+	UpstreamSecret string // HMAC-SHA256 key of webhook and rpc bodies
+	RPCURL         string // HTTP endpoint answering rpc frames; empty = rpc refused
+
 	PingInterval time.Duration
 	PongTimeout  time.Duration
 	RouteTTL     time.Duration
@@ -134,6 +138,11 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Float(&c.MessageRate, "message-rate", 0, "client frames per second per connection, burst = rate (0 = no limit)")
 	s.String(&c.DevicePolicy, "device-policy", DeviceMulti, "multi: a user may hold many connections; "+
 		"single: a new connection replaces the user's older ones cluster-wide")
+	s.String(&c.UpstreamURL, "upstream-url", "", "where client send frames and events go: redis://host:port/db?stream=NAME, "+
+		"nats://host:port?subject=S&stream=N, kafka://b1:9092,b2:9092/TOPIC or an http(s):// webhook; empty = send refused").
+		SecretURL()
+	s.String(&c.UpstreamSecret, "upstream-secret", "", "HMAC-SHA256 key signing webhook and rpc bodies (X-Wsgate-Signature)").Secret()
+	s.String(&c.RPCURL, "rpc-url", "", "http(s):// endpoint answering client rpc frames; empty = rpc refused").SecretURL()
 	s.Duration(&c.PingInterval, "ping-interval", 25*time.Second, "server WebSocket ping period")
 	s.Duration(&c.PongTimeout, "pong-timeout", 60*time.Second, "close a connection silent for this long; must exceed the ping interval")
 	s.Duration(&c.RouteTTL, "route-ttl", 90*time.Second, "lifetime of a route record that is not refreshed (at least 3 heartbeat intervals)")

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/wsgate/wsgate/internal/upstream"
 )
 
 // Validate checks every setting and returns the first problem as one line
@@ -38,6 +40,16 @@ func (c *Gateway) Validate() error {
 	v.rate("handshake-rate-per-ip", c.HandshakeRatePerIP)
 	v.rate("message-rate", c.MessageRate)
 	v.oneOf("device-policy", c.DevicePolicy, DeviceMulti, DeviceSingle)
+	if c.UpstreamURL != "" && v.ok() {
+		if err := upstream.Check(c.UpstreamURL); err != nil {
+			v.failf("%s: %v", EnvName("upstream-url"), err)
+		}
+	}
+	if c.RPCURL != "" && v.ok() {
+		if u, err := url.Parse(c.RPCURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.failf("%s must be an http:// or https:// URL with a host", EnvName("rpc-url"))
+		}
+	}
 
 	v.positive("ping-interval", c.PingInterval)
 	v.positive("pong-timeout", c.PongTimeout)

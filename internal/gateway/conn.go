@@ -154,6 +154,10 @@ type connExtra struct {
 	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
 	held []*delivery             // live deliveries held while resuming or catching up, in arrival order
 
+	sendq   []*protocol.ClientFrame // send frames waiting for the sink, in frame order (upstream.go)
+	sending bool                    // a send worker is running
+	rpcs    int                     // rpc calls in flight (rpc.go)
+
 	// Catch-up mode (see catchUp in deliver.go).
 	catchUp  bool                   // a catch-up goroutine is filling the reliable sequence
 	needRead bool                   // a reliable message is missing: read the inbox
@@ -168,9 +172,6 @@ type connExtra struct {
 	closeCode   int    // the first close code sent (0: none yet)
 	closeReason string
 }
-
-// deviceName is the device the connection's records name.
-func (c *conn) deviceName() string { return "default" }
 
 func (c *conn) extra() *connExtra {
 	if c.x == nil {

@@ -56,11 +56,11 @@ type lifeJob struct {
 }
 
 // EnableEvents sends the lifecycle events of WSGATE_EVENTS to sink
-// through a bounded buffer (upstream.Buffer). Call it after New and
-// before Start; the node flushes the buffer in Shutdown (the sink stays
-// the caller's to close).
+// through a bounded buffer (upstream.Buffer). New calls it with the sink
+// of WSGATE_UPSTREAM_URL; without one, an embedder (or a test) may call it
+// after New and before Start. The node flushes the buffer in Shutdown.
 func (n *Node) EnableEvents(sink upstream.Sink) error {
-	if len(n.cfg.Events) == 0 {
+	if len(n.cfg.Events) == 0 || n.events != nil {
 		return nil
 	}
 	e := &events{n: n, on: map[string]bool{}}
@@ -79,7 +79,7 @@ func (n *Node) EnableEvents(sink upstream.Sink) error {
 		}
 		e.lc = lc
 	}
-	e.buf = upstream.NewBuffer(sink, upstream.BufferOptions{Metrics: n.metrics.Upstream, Logger: n.log})
+	e.buf = upstream.NewBuffer(sink, upstream.BufferOptions{Metrics: &n.metrics.Upstream, Logger: n.log})
 	n.goFunc(e.buf.Run)
 	if e.track {
 		for i := range e.shards {

@@ -304,7 +304,7 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	if n.cfg.MaxConnsPerIP > 0 {
 		c.ip = a.ip // the connection releases its IP slot when it ends
 	}
-	if len(a.claims.Rooms) > 0 || len(a.claims.Pub) > 0 {
+	if len(a.claims.Rooms) > 0 || len(a.claims.Pub) > 0 || a.claims.Send != nil || a.claims.Info != nil {
 		c.claims = a.claims
 	}
 	if !a.claims.ExpiresAt.IsZero() {

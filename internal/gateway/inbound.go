@@ -77,6 +77,10 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 		}
 		_, err := c.n.Publish(ctx, PublishRequest{Target: *cf.Target, Event: cf.Event, Data: cf.Data, Class: "chat"})
 		c.reply(cf.ID, err, 0)
+	case protocol.TypeSend:
+		c.handleSend(cf)
+	case protocol.TypeRPC:
+		c.handleRPC(cf)
 	}
 }
 

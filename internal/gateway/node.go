@@ -34,6 +34,7 @@ import (
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/upstream"
 )
 
 // Version is set by the main package.
@@ -82,6 +83,9 @@ type Node struct {
 	asks askTable // requests to other nodes waiting for their answer
 
 	events *events // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
+	sink     upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
+	hc       *http.Client  // rpc calls and the webhook sink
+	rpcSlots chan struct{} // rpc calls in flight on this node
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -155,11 +159,29 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		}
 		n.verifier = v
 	}
+	n.hc = newRPCClient()
+	n.rpcSlots = make(chan struct{}, maxRPCPerNode)
+	if cfg.UpstreamURL != "" {
+		sink, err := upstream.Open(context.Background(), cfg.UpstreamURL, upstream.Options{
+			Prefix: cfg.RedisPrefix, Secret: cfg.UpstreamSecret, HTTPClient: n.hc, Logger: n.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("WSGATE_UPSTREAM_URL: %w", err)
+		}
+		n.sink = sink
+	}
 	var b [4]byte
 	rand.Read(b[:])
 	n.idPrefix = hex.EncodeToString(b[:])
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.hsCtx, n.hsCancel = context.WithCancel(n.ctx)
+	if len(cfg.Events) > 0 {
+		if n.sink == nil {
+			n.log.Warn("WSGATE_EVENTS is set but WSGATE_UPSTREAM_URL is empty: no lifecycle events are sent")
+		} else if err := n.EnableEvents(n.sink); err != nil {
+			return nil, err
+		}
+	}
 	n.status.Store(cluster.StatusActive)
 	n.weight.Store(100)
 	if cfg.Warmup > 0 {
@@ -323,6 +345,10 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.grMu.Unlock()
 	n.wg.Wait()
 	n.poller.Close()
+	if n.sink != nil {
+		_ = n.sink.Close()
+	}
+	n.hc.CloseIdleConnections()
 	return nil
 }
 

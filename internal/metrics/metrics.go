@@ -31,7 +31,8 @@ type Metrics struct {
 	DrainRemaining    prometheus.Gauge
 	Closes            *prometheus.CounterVec // code
 	BusReceived       *prometheus.CounterVec // kind
-	Upstream          *Upstream              // section 16 (upstream.go)
+
+	Upstream // v2: sinks and rpc (upstream.go)
 }
 
 // Handshake rejection reasons.
@@ -63,7 +64,7 @@ func New() *Metrics {
 	r.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPU)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := func(c prometheus.Collector) { r.MustRegister(c) }
-	m := &Metrics{Registry: r, Upstream: newUpstream(r)}
+	m := &Metrics{Registry: r}
 	m.Connections = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_connections", Help: "Open WebSocket connections on this node."})
 	m.ConnectionsTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_connections_total", Help: "WebSocket connections accepted (upgraded) since start."})
 	m.HandshakeRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_handshake_rejected_total", Help: "Handshakes refused before the upgrade, by reason."}, []string{"reason"})
@@ -85,6 +86,7 @@ func New() *Metrics {
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)
 	}
+	m.registerUpstream(f)
 	// Series that exist from the start, so dashboards and alerts see zeros.
 	for _, s := range []string{"warming", "active", "draining"} {
 		m.NodeStatus.WithLabelValues(s)
@@ -95,7 +97,7 @@ func New() *Metrics {
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
 		m.BackendLatency.WithLabelValues(op)
 	}
-	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "invalid"} {
+	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "send", "rpc", "invalid"} {
 		m.ClientFrames.WithLabelValues(ty)
 	}
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {

@@ -70,7 +70,7 @@ func (b *Buffer) Add(rec Record, accepted func()) bool {
 	b.mu.Lock()
 	if len(b.q) >= b.opt.Max || b.closing && b.flush.Err() != nil {
 		b.mu.Unlock()
-		b.opt.Metrics.Dropped.Inc()
+		b.opt.Metrics.UpstreamDropped.Inc()
 		return false
 	}
 	b.q = append(b.q, item{rec, accepted})
@@ -121,7 +121,7 @@ func (b *Buffer) Run() {
 				lost := len(b.q)
 				b.q = nil
 				b.mu.Unlock()
-				b.opt.Metrics.Dropped.Add(float64(lost))
+				b.opt.Metrics.UpstreamDropped.Add(float64(lost))
 				b.opt.Logger.Error("event records not delivered by the end of the flush", "records", lost, "err", err)
 				return
 			}
@@ -138,7 +138,7 @@ func (b *Buffer) Run() {
 		}
 		b.mu.Unlock()
 		for _, it := range batch {
-			b.opt.Metrics.Records.WithLabelValues(it.rec.Type).Inc()
+			b.opt.Metrics.UpstreamRecords.WithLabelValues(it.rec.Type).Inc()
 			if it.accepted != nil {
 				it.accepted()
 			}
@@ -176,10 +176,10 @@ func (b *Buffer) write(parent context.Context, batch []item) error {
 	start := time.Now()
 	err := b.sink.Write(ctx, recs)
 	if err != nil {
-		b.opt.Metrics.Errors.Inc()
+		b.opt.Metrics.UpstreamErrors.Inc()
 		return err
 	}
-	b.opt.Metrics.Latency.Observe(time.Since(start).Seconds())
+	b.opt.Metrics.UpstreamLatency.Observe(time.Since(start).Seconds())
 	return nil
 }
 

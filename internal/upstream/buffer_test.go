@@ -72,7 +72,7 @@ func (s *flakySink) waitWrites(t *testing.T, what string, cond func(refused, got
 }
 
 func startBuffer(t *testing.T, s Sink, max int) (*Buffer, *metrics.Upstream) {
-	m := metrics.New().Upstream
+	m := &metrics.New().Upstream
 	b := NewBuffer(s, BufferOptions{Max: max, Metrics: m})
 	go b.Run()
 	t.Cleanup(func() {
@@ -114,10 +114,10 @@ func TestBufferSurvivesOutage(t *testing.T) {
 	if got != n {
 		t.Fatalf("sink got %d records, want %d", got, n)
 	}
-	if d := value(m.Dropped); d != 0 {
+	if d := value(m.UpstreamDropped); d != 0 {
 		t.Fatalf("dropped %v records, want 0", d)
 	}
-	if r := value(m.Records.WithLabelValues("connect")); r != n {
+	if r := value(m.UpstreamRecords.WithLabelValues("connect")); r != n {
 		t.Fatalf("wsgate_upstream_records_total{type=connect} = %v, want %d", r, n)
 	}
 	amu.Lock()
@@ -139,8 +139,8 @@ func TestBufferOverflowCounted(t *testing.T) {
 			refused++
 		}
 	}
-	if refused != 50 || value(m.Dropped) != 50 {
-		t.Fatalf("refused %d, dropped metric %v: want 50 and 50", refused, value(m.Dropped))
+	if refused != 50 || value(m.UpstreamDropped) != 50 {
+		t.Fatalf("refused %d, dropped metric %v: want 50 and 50", refused, value(m.UpstreamDropped))
 	}
 	s.set(false)
 	s.waitWrites(t, "the held records delivered", func(_, got int) bool { return got >= 100 })
@@ -173,7 +173,7 @@ func TestBufferCloseFlushes(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
 	b2.Close(ctx)
 	cancel()
-	if d := value(m2.Dropped); d != 10 {
+	if d := value(m2.UpstreamDropped); d != 10 {
 		t.Fatalf("a flush that could not finish dropped %v records, want 10 counted", d)
 	}
 	_ = m

@@ -42,3 +42,10 @@ func canListen(port int) bool {
 	_ = l.Close()
 	return true
 }
+
+// FreePort returns a loopback port from the same range as the servers of
+// this package (never a system service's default), for other test servers.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	return freePort(t, false)
+}

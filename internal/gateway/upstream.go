@@ -1,0 +1,168 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/upstream"
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// Client send frames (contract section 13).
+const (
+	// upstreamDeadline bounds one send (claim, sink write, answer) and one
+	// rpc: past it the client is answered unavailable.
+	upstreamDeadline = 5 * time.Second
+	// sendDedupTTL is how long an accepted send's id is remembered per
+	// user, cluster-wide.
+	sendDedupTTL = 10 * time.Minute
+	// maxQueuedSends bounds the sends of one connection waiting for the
+	// sink. A send past it is answered unavailable at once.
+	maxQueuedSends = 64
+)
+
+// deviceName is the device of the connection's records ("default" until
+// connections carry the client's device).
+func (c *conn) deviceName() string { return "default" }
+
+// info is the token's info claim, nil when absent.
+func (c *conn) info() []byte {
+	if c.claims == nil {
+		return nil
+	}
+	return c.claims.Info
+}
+
+// handleSend checks a send frame and queues it for the connection's send
+// worker: the records of one connection reach the sink in frame order, and
+// neither the event loop nor the inbound goroutine waits for the sink.
+func (c *conn) handleSend(cf *protocol.ClientFrame) {
+	if c.n.sink == nil {
+		c.replyRefused(cf.ID, protocol.ErrForbidden, "no upstream is configured (WSGATE_UPSTREAM_URL)")
+		return
+	}
+	if !auth.AllowSend(c.claims, cf.Event) {
+		c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's send claim does not allow event "+strconv.Quote(cf.Event))
+		return
+	}
+	c.mu.Lock()
+	x := c.extra()
+	if len(x.sendq) >= maxQueuedSends {
+		c.mu.Unlock()
+		c.replyRefused(cf.ID, protocol.ErrUnavailable, "too many sends waiting for the upstream; retry")
+		return
+	}
+	x.sendq = append(x.sendq, cf)
+	start := !x.sending
+	x.sending = true
+	c.mu.Unlock()
+	if start && !c.n.goFunc(c.runSends) {
+		c.mu.Lock()
+		x.sendq, x.sending = nil, false
+		c.mu.Unlock()
+		c.replyRefused(cf.ID, protocol.ErrUnavailable, "node shutting down")
+	}
+}
+
+// runSends forwards the queued sends one after the other. When one fails,
+// the sends queued behind it are answered unavailable without being tried,
+// so that a client retrying them in order keeps its order.
+func (c *conn) runSends() {
+	for {
+		c.mu.Lock()
+		x := c.x
+		if x == nil || len(x.sendq) == 0 || c.state >= stClosing {
+			if x != nil {
+				x.sendq, x.sending = nil, false
+			}
+			c.mu.Unlock()
+			return
+		}
+		cf := x.sendq[0]
+		x.sendq[0] = nil
+		x.sendq = x.sendq[1:]
+		c.mu.Unlock()
+		if err := c.forward(cf); err != nil {
+			c.replyRefused(cf.ID, protocol.ErrUnavailable, err.Error())
+			c.mu.Lock()
+			behind := x.sendq
+			x.sendq = nil
+			c.mu.Unlock()
+			for _, b := range behind {
+				c.replyRefused(b.ID, protocol.ErrUnavailable, "an earlier send of this connection failed; retry in order")
+			}
+			continue
+		}
+		c.reply(cf.ID, nil, 0)
+	}
+}
+
+// errSendInFlight: the same send id is being forwarded right now (by this
+// node or another one after a retry).
+var errSendInFlight = errors.New("a send with this id is still being forwarded; retry")
+
+// forward hands one send to the sink unless the user's same id was
+// accepted in the last 10 minutes. The id is claimed in the cluster backend
+// first (cluster-wide, so a retry landing on another node is seen), and
+// marked accepted only after the sink accepted the record.
+func (c *conn) forward(cf *protocol.ClientFrame) error {
+	n := c.n
+	ctx, cancel := context.WithTimeout(n.ctx, upstreamDeadline)
+	defer cancel()
+	key := sendKey(c.user, cf.ID)
+	kc, err := n.backend.ClaimKey(ctx, key, "send", n.newID(), sendDedupTTL)
+	if err != nil {
+		return fmt.Errorf("cluster backend unavailable: %w", err)
+	}
+	if !kc.Claimed {
+		if kc.Answer != nil {
+			return nil // accepted before: answered ok, not forwarded again
+		}
+		return errSendInFlight
+	}
+	rec := upstream.Record{
+		Type: "message", ID: kc.ID, User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID,
+		Device: c.deviceName(), TS: time.Now().UnixMilli(),
+		ClientMsgID: cf.ID, Event: cf.Event, Data: cf.Data, Info: c.info(),
+	}
+	if err := n.writeUpstream(ctx, []upstream.Record{rec}); err != nil {
+		rctx, rcancel := n.bctx(n.ctx)
+		_ = n.backend.ReleaseKey(rctx, key) // a retry forwards it again (same record id)
+		rcancel()
+		return fmt.Errorf("upstream unavailable: %w", err)
+	}
+	sctx, scancel := n.bctx(n.ctx)
+	if err := n.backend.StoreKey(sctx, key, []byte("1"), sendDedupTTL); err != nil {
+		// The record is accepted; only a retry of this id (after a lost
+		// reply) would forward it a second time, with the same record id.
+		c.logger().Warn("send accepted but its id not remembered", "id", cf.ID, "err", err)
+	}
+	scancel()
+	return nil
+}
+
+// sendKey is the backend key of a user's send id (lengths first, so that
+// no two (user, id) pairs share a key).
+func sendKey(user, id string) string {
+	return "send:" + strconv.Itoa(len(user)) + ":" + user + ":" + id
+}
+
+// writeUpstream writes records to the sink and counts the outcome.
+func (n *Node) writeUpstream(ctx context.Context, recs []upstream.Record) error {
+	start := time.Now()
+	err := n.sink.Write(ctx, recs)
+	n.metrics.UpstreamLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		n.metrics.UpstreamErrors.Inc()
+		n.log.Warn("upstream write failed", "records", len(recs), "err", err)
+		return err
+	}
+	for i := range recs {
+		n.metrics.UpstreamRecords.WithLabelValues(recs[i].Type).Inc()
+	}
+	return nil
+}
