@@ -82,7 +82,7 @@ type Node struct {
 
 	asks askTable // requests to other nodes waiting for their answer
 
-	events *events // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
+	events   *events       // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
 	sink     upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
 	hc       *http.Client  // rpc calls and the webhook sink
 	rpcSlots chan struct{} // rpc calls in flight on this node
