@@ -48,11 +48,12 @@ type lifeShard struct {
 
 // lifeJob is one ConnUp (up) or ConnDown for a connection of this node.
 type lifeJob struct {
-	up     bool
-	route  cluster.Route
-	device string
-	code   int
-	reason string
+	up      bool
+	route   cluster.Route
+	device  string
+	code    int
+	reason  string
+	connect *upstream.Record // up: the connect record, sent once ConnUp succeeded
 }
 
 // EnableEvents sends the lifecycle events of WSGATE_EVENTS to sink
@@ -121,14 +122,21 @@ func (e *events) emit(rec upstream.Record, accepted func()) {
 // Under c.mu, once the connection is open.
 func (e *events) openedLocked(c *conn, ip string, info json.RawMessage) {
 	route := cluster.Route{User: c.user, ConnID: c.connID(), Node: e.n.cfg.NodeID, ConnectedAt: c.connectedAt}
+	var connect *upstream.Record
 	if e.on["connect"] {
-		e.emit(upstream.Record{Type: "connect", User: c.user, ConnID: route.ConnID, Device: c.deviceName(),
-			TS: c.connectedAt, IP: ip, Info: info}, nil)
+		connect = &upstream.Record{Type: "connect", User: c.user, ConnID: route.ConnID, Device: c.deviceName(),
+			TS: c.connectedAt, IP: ip, Info: info}
 	}
-	if e.track {
-		c.extra().lifeUp = true
-		e.queue(lifeJob{up: true, route: route, device: c.deviceName()})
+	if !e.track {
+		if connect != nil {
+			e.emit(*connect, nil)
+		}
+		return
 	}
+	// The connect record goes out once ConnUp recorded the connection:
+	// then its end is reported, also when this node dies.
+	c.extra().lifeUp = true
+	e.queue(lifeJob{up: true, route: route, device: c.deviceName(), connect: connect})
 }
 
 // ended reports the end of a connection whose opening was reported
@@ -200,8 +208,13 @@ func (e *events) run(j lifeJob) {
 		var err error
 		if j.up {
 			var online int64
-			if online, err = e.lc.ConnUp(ctx, j.route); err == nil && online > 0 && e.on["online"] {
-				e.emit(upstream.Record{Type: "online", User: j.route.User, ConnID: j.route.ConnID, Device: j.device, V: online}, nil)
+			if online, err = e.lc.ConnUp(ctx, j.route); err == nil {
+				if j.connect != nil {
+					e.emit(*j.connect, nil)
+				}
+				if online > 0 && e.on["online"] {
+					e.emit(upstream.Record{Type: "online", User: j.route.User, ConnID: j.route.ConnID, Device: j.device, V: online}, nil)
+				}
 			}
 		} else {
 			var ce cluster.ConnEnd
