@@ -196,3 +196,46 @@ func TestEventsRedisStreams(t *testing.T) {
 		t.Fatalf("wsgate_upstream_dropped_total = %v after the outage", d)
 	}
 }
+
+// TestEventsUndeliveredRedisStreams: a reliable message nobody acknowledged
+// within WSGATE_UNDELIVERED_AFTER is reported once, also when the node that
+// published it was SIGKILLed; an acknowledged one is not reported.
+func TestEventsUndeliveredRedisStreams(t *testing.T) {
+	backend := redistest.Standalone(t, redistest.Options{})
+	sink := redistest.Standalone(t, redistest.Options{})
+	c := newCluster(t, backend.URL(), map[string]string{
+		"WSGATE_UPSTREAM_URL":      sink.URL() + "?stream=ev",
+		"WSGATE_EVENTS":            "undelivered,ack",
+		"WSGATE_UNDELIVERED_AFTER": "1s",
+	})
+	nodes := c.startNodes("d", 2, nil)
+	d1, d2 := nodes[0], nodes[1]
+	acker := dial(t, d2, "acker", nil)
+	body := toUser("acker", "hello")
+	body.Reliable = true
+	a := d1.mustPublish(t, body)
+	acker.expect("hello")
+	if r := acker.request(protocol.ClientFrame{Type: protocol.TypeAck, Seq: a.Seq}); !r.OK {
+		t.Fatalf("ack: %+v", r.Error)
+	}
+	body = toUser("away", "push-me")
+	body.Reliable = true
+	lost := d1.mustPublish(t, body)
+	d1.Kill() // the publishing node dies before the check is due
+	recs := waitRecords(t, sink, "ev", "away's undelivered", func(r []map[string]any) bool { return len(recsOf(r, "undelivered", "away")) >= 1 })
+	// A later message's report is the barrier for any second report.
+	body = toUser("later", "x")
+	body.Reliable = true
+	d2.mustPublish(t, body)
+	recs = waitRecords(t, sink, "ev", "later's undelivered", func(r []map[string]any) bool { return len(recsOf(r, "undelivered", "later")) >= 1 })
+	u := recsOf(recs, "undelivered", "away")
+	if len(u) != 1 || num(u[0]["seq"]) != lost.Seq || u[0]["message_id"] != lost.ID || u[0]["event"] != "push-me" || u[0]["node"] != d2.ID {
+		t.Fatalf("away's undelivered records %v: want one for seq %d, id %s, reported by %s", u, lost.Seq, lost.ID, d2.ID)
+	}
+	if k := len(recsOf(recs, "undelivered", "acker")); k != 0 {
+		t.Fatalf("%d undelivered records for an acknowledged message", k)
+	}
+	if ack := recsOf(recs, "ack", "acker"); len(ack) != 1 || num(ack[0]["seq"]) != a.Seq {
+		t.Fatalf("ack records %v: want one with seq %d", ack, a.Seq)
+	}
+}
