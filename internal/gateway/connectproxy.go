@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -98,12 +99,31 @@ func (n *Node) askProxy(ctx context.Context, a *admission) *refusal {
 	case err != nil:
 		return unavailable("reading the answer: " + err.Error())
 	}
+	c, err := parseConnectAnswer(body)
+	if err != nil {
+		return unavailable(err.Error())
+	}
+	if !c.ExpiresAt.IsZero() && !c.ExpiresAt.After(time.Now()) {
+		return refuseWith(http.StatusUnauthorized, "unauthorized", "the connect proxy's expire_at has passed")
+	}
+	a.claims, a.proxy = c, nil
+	return nil
+}
+
+// parseConnectAnswer reads a 200 answer's claims: a JSON object whose
+// user is a valid name; the rest optional.
+func parseConnectAnswer(body []byte) (*auth.Claims, error) {
 	var ans connectProxyAnswer
 	if err := json.Unmarshal(body, &ans); err != nil {
-		return unavailable("answer is not a claims object: " + err.Error())
+		return nil, fmt.Errorf("answer is not a claims object: %v", err)
 	}
 	if err := protocol.ValidName("user", ans.User); err != nil {
-		return unavailable("answer's " + err.Error())
+		return nil, fmt.Errorf("answer's %v", err)
+	}
+	for _, list := range [][]string{ans.Rooms, ans.Pub, ans.Send} {
+		if len(list) > 10_000 {
+			return nil, fmt.Errorf("answer has %d patterns in one claim (at most 10000)", len(list))
+		}
 	}
 	c := &auth.Claims{Subject: ans.User, Rooms: ans.Rooms, Pub: ans.Pub, Send: ans.Send, Info: ans.Info}
 	if string(c.Info) == "null" {
@@ -111,10 +131,6 @@ func (n *Node) askProxy(ctx context.Context, a *admission) *refusal {
 	}
 	if ans.ExpireAt != 0 {
 		c.ExpiresAt = time.Unix(ans.ExpireAt, 0)
-		if !c.ExpiresAt.After(time.Now()) {
-			return refuseWith(http.StatusUnauthorized, "unauthorized", "the connect proxy's expire_at has passed")
-		}
 	}
-	a.claims, a.proxy = c, nil
-	return nil
+	return c, nil
 }
