@@ -28,6 +28,7 @@ type memLive struct {
 type memEnded struct {
 	claimer string
 	end     ConnEnd
+	at      time.Time
 }
 
 func (m *Memory) life() *memLife {
@@ -86,7 +87,16 @@ func (m *Memory) ConnDown(ctx context.Context, user, connID, claimer string) (Co
 		l.v[user]++
 		end.Offline = l.v[user]
 	}
-	l.ended[key] = memEnded{claimer: claimer, end: end}
+	now := time.Now()
+	if len(l.ended) >= 10_000 {
+		// Claims are kept endedTTL, as in Redis.
+		for k, e := range l.ended {
+			if now.Sub(e.at) > endedTTL {
+				delete(l.ended, k)
+			}
+		}
+	}
+	l.ended[key] = memEnded{claimer: claimer, end: end, at: now}
 	return end, nil
 }
 
