@@ -184,8 +184,8 @@ func TestSendOrderPerConnection(t *testing.T) {
 	for i := range total {
 		c.send(fmt.Sprintf(`{"type":"send","id":"o%d","event":"chat","data":%d}`, i, i))
 	}
-	for i := range total {
-		if f := c.replyTo(fmt.Sprintf("o%d", i), 10*time.Second); f["ok"] != true {
+	for range total { // replies in any order: the records' order is the point
+		if f := c.expect("reply"); f["ok"] != true {
 			t.Fatalf("reply %v", f)
 		}
 	}
