@@ -33,14 +33,15 @@ type Lifecycle interface {
 	DropNodeConns(ctx context.Context, node string) error
 	LifecycleNodes(ctx context.Context) ([]string, error)
 
-	// AddDue schedules an undelivered check: at d.Due, unless the user
+	// AddDue schedules undelivered checks (in one step: one pipeline on
+	// Redis), each at d.Due, unless the user
 	// acknowledged d.Seq (Acked) by then. ClaimDue takes up to max
 	// checks that are due at now, in one atomic step: each is handed to
 	// one caller, and comes back to ClaimDue after lease unless DoneDue
 	// removed it (its caller died before reporting). Acked records the
 	// user's highest acknowledged seq, which ClaimDue answers with each
 	// check (Due.Acked).
-	AddDue(ctx context.Context, d Due) error
+	AddDue(ctx context.Context, ds ...Due) error
 	ClaimDue(ctx context.Context, now time.Time, lease time.Duration, max int) ([]Due, error)
 	DoneDue(ctx context.Context, d Due) error
 	Acked(ctx context.Context, user string, seq int64) error

@@ -136,12 +136,14 @@ func (m *Memory) LifecycleNodes(ctx context.Context) ([]string, error) {
 }
 
 // AddDue implements Lifecycle.
-func (m *Memory) AddDue(ctx context.Context, d Due) error {
+func (m *Memory) AddDue(ctx context.Context, ds ...Due) error {
 	l := m.life()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d.Acked = 0
-	l.due[d] = time.UnixMilli(d.Due)
+	for _, d := range ds {
+		d.Acked = 0
+		l.due[d] = time.UnixMilli(d.Due)
+	}
 	return nil
 }
 

@@ -197,9 +197,16 @@ func dueMember(d Due) string {
 }
 
 // AddDue implements Lifecycle.
-func (r *Redis) AddDue(ctx context.Context, d Due) error {
+func (r *Redis) AddDue(ctx context.Context, ds ...Due) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	zs := make([]redis.Z, len(ds))
+	for i, d := range ds {
+		zs[i] = redis.Z{Score: float64(d.Due), Member: dueMember(d)}
+	}
 	return r.do(ctx, "lifecycle", true, func(ctx context.Context) error {
-		return r.c.ZAdd(ctx, r.k.due(), redis.Z{Score: float64(d.Due), Member: dueMember(d)}).Err()
+		return r.c.ZAdd(ctx, r.k.due(), zs...).Err()
 	})
 }
 

@@ -356,16 +356,23 @@ func (e *events) pollDue() bool {
 	return len(due) == 100
 }
 
-// appended schedules the undelivered check of a reliable user message.
-func (e *events) appended(ctx context.Context, user string, seq int64, id, event string) {
-	if e == nil || !e.on["undelivered"] {
+// appended schedules the undelivered checks of reliable user messages
+// just appended (one backend step for a whole batch publish).
+func (e *events) appended(ctx context.Context, ds []cluster.Due) {
+	if e == nil || !e.on["undelivered"] || len(ds) == 0 {
 		return
 	}
-	d := cluster.Due{User: user, Seq: seq, MessageID: id, Event: event, Due: time.Now().Add(e.n.cfg.UndeliveredAfter).UnixMilli()}
-	if err := e.lc.AddDue(ctx, d); err != nil {
-		e.n.log.Warn("could not schedule the undelivered check of a reliable message", "user", user, "seq", seq, "err", err)
+	due := time.Now().Add(e.n.cfg.UndeliveredAfter).UnixMilli()
+	for i := range ds {
+		ds[i].Due = due
+	}
+	if err := e.lc.AddDue(ctx, ds...); err != nil {
+		e.n.log.Warn("could not schedule the undelivered checks of reliable messages", "messages", len(ds), "first_user", ds[0].User, "err", err)
 	}
 }
+
+// undeliveredOn reports whether appends schedule undelivered checks.
+func (e *events) undeliveredOn() bool { return e != nil && e.on["undelivered"] }
 
 // acked reports an acknowledgement (one ack record per ack frame the
 // backend took) and cancels the undelivered checks up to seq.

@@ -327,6 +327,17 @@ func TestEventsUndelivered(t *testing.T) {
 	if count(recs, "undelivered", "away") != 1 {
 		t.Fatalf("away's message reported %d times, want once", count(recs, "undelivered", "away"))
 	}
+	// A batch publish schedules one check per reliable message.
+	status, _ := apiCall(t, n1, "POST", "/api/v1/publish/batch", "k", `{"messages":[
+		{"target":{"type":"user","id":"bat"},"event":"b","reliable":true,"data":1},
+		{"target":{"type":"user","id":"bat"},"event":"b","reliable":true,"data":2},
+		{"target":{"type":"user","id":"cow"},"event":"b","reliable":true,"data":3}]}`)
+	if status != 200 {
+		t.Fatalf("batch publish: %d", status)
+	}
+	sink.wait(t, "the batch's undelivered", func(r []upstream.Record) bool {
+		return count(r, "undelivered", "bat") == 2 && count(r, "undelivered", "cow") == 1
+	})
 }
 
 // A sink outage: every event of connections that came and went while the
