@@ -10,7 +10,8 @@ import (
 )
 
 // DefaultBufferRecords is the event buffer's default bound: a minute's
-// sink outage at 1,600 events per second, or about 40 MiB of records.
+// sink outage at 1,600 events per second, about 35 MiB of typical records
+// (TestBufferFullSize).
 const DefaultBufferRecords = 100_000
 
 // BufferOptions configure NewBuffer.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -186,4 +187,29 @@ func value(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// The default bound in memory: a full buffer of typical event records
+// (ids, user, node and reason strings of their usual sizes) stays under
+// 40 MiB.
+func TestBufferFullSize(t *testing.T) {
+	s := newFlakySink()
+	s.set(true)
+	b := NewBuffer(s, BufferOptions{Metrics: &metrics.New().Upstream}) // not running: it only fills
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range DefaultBufferRecords {
+		d := int64(i)
+		b.Add(Record{Type: "disconnect", ID: fmt.Sprintf("8e73246b%012x", i), User: fmt.Sprintf("user-%08d", i),
+			ConnID: fmt.Sprintf("8e73246b%012x", i+1), Node: "gateway-7f9c2d-abc123", Device: "default",
+			TS: 1796167792589, Code: 1000, Reason: "client closed", DurationMS: &d}, nil)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	used := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d records hold %.1f MiB (%d bytes each)", b.Len(), float64(used)/(1<<20), used/int64(b.Len()))
+	if b.Len() != DefaultBufferRecords || used > 40<<20 {
+		t.Fatalf("%d records, %d bytes: want %d records under 40 MiB", b.Len(), used, DefaultBufferRecords)
+	}
 }
