@@ -188,6 +188,14 @@ func (e *events) lifeLoop(s *lifeShard) {
 			case <-s.wake:
 				continue
 			case <-e.n.ctx.Done():
+				// Shutdown gave up waiting (stop's bound): what a late
+				// forget queued is not run.
+				s.mu.Lock()
+				for range s.q {
+					e.jobs.Done()
+				}
+				s.q = nil
+				s.mu.Unlock()
 				return
 			}
 		}
