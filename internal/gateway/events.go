@@ -299,7 +299,7 @@ func (e *events) sweepDead(ctx context.Context, nodes []cluster.NodeInfo) {
 			}
 			if ce.Claimed {
 				swept++
-				e.reportEnd(ce, "", closeAbnormal, "node died")
+				e.reportEnd(ce, "default", closeAbnormal, "node died") // the device is not kept with the live entry
 			}
 		}
 		if !self {
@@ -359,7 +359,7 @@ func (e *events) pollDue() bool {
 			done()
 			continue
 		}
-		e.emit(upstream.Record{Type: "undelivered", User: d.User, Seq: d.Seq, MessageID: d.MessageID, Event: d.Event}, done)
+		e.emit(upstream.Record{Type: "undelivered", User: d.User, Device: "default", Seq: d.Seq, MessageID: d.MessageID, Event: d.Event}, done)
 	}
 	return len(due) == 100
 }
@@ -407,7 +407,7 @@ func (e *events) membership(user, room string, join bool) {
 	if e == nil || !e.on[typ] {
 		return
 	}
-	e.emit(upstream.Record{Type: typ, User: user, Room: room}, nil)
+	e.emit(upstream.Record{Type: typ, User: user, Room: room, Device: "default"}, nil)
 }
 
 // stop waits for the queued lifecycle steps (the ends of the connections
