@@ -43,6 +43,9 @@ type Memory struct {
 	keys      map[string]memKey               // publisher idempotency keys
 	keyClaims int
 
+	lifeOnce sync.Once
+	lc       *memLife // lifecycle state (memory_lifecycle.go)
+
 	done chan struct{} // closed by Close; stops every subscription
 	wg   sync.WaitGroup
 }

@@ -60,6 +60,11 @@ type Gateway struct {
 	DrainRate        float64 // connections per second, 0 = no pacing
 	Warmup           time.Duration
 
+	// Lifecycle events and the connect proxy (contract section 13).
+	Events           []string      // WSGATE_EVENTS: names out of EventNames
+	UndeliveredAfter time.Duration // 0 = no undelivered events
+	ConnectURL       string        // HTTP endpoint that authorizes handshakes
+
 	// Our own settings (not in the contract table).
 	TLSCertFile       string        // TLS on the listener: both or neither
 	TLSKeyFile        string        //
@@ -76,6 +81,9 @@ const (
 	DeviceMulti  = "multi"
 	DeviceSingle = "single"
 )
+
+// EventNames are the lifecycle events WSGATE_EVENTS may list.
+var EventNames = []string{"connect", "disconnect", "online", "offline", "join", "leave", "ack", "undelivered"}
 
 // Limits checked by Validate.
 const (
@@ -174,6 +182,10 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Duration(&c.DrainTimeout, "drain-timeout", 2*time.Minute, "how long a draining node waits for clients before closing the rest")
 	s.Float(&c.DrainRate, "drain-rate", 500, "connections per second a draining node redirects (0 = all at once)")
 	s.Duration(&c.Warmup, "warmup", 0, "time a new node spends warming with a rising weight before active")
+	s.List(&c.Events, "events", nil, "comma list of lifecycle events sent upstream: "+strings.Join(EventNames, ", "))
+	s.Duration(&c.UndeliveredAfter, "undelivered-after", 0, "emit undelivered for a reliable user message no device acknowledged within this time (0 = off)")
+	s.String(&c.ConnectURL, "connect-url", "", "HTTP endpoint that authorizes handshakes from their cookies and headers, instead of or besides a JWT").
+		SecretURL()
 
 	s.String(&c.TLSCertFile, "tls-cert-file", "", "PEM certificate for TLS on the listener (with --tls-key-file)")
 	s.String(&c.TLSKeyFile, "tls-key-file", "", "PEM private key for TLS on the listener (with --tls-cert-file)")

@@ -52,6 +52,9 @@ var contractDefaults = map[string]string{
 	"WSGATE_DRAIN_TIMEOUT":         "2m",
 	"WSGATE_DRAIN_RATE":            "500",
 	"WSGATE_WARMUP":                "0s",
+	"WSGATE_EVENTS":                "",
+	"WSGATE_UNDELIVERED_AFTER":     "0s",
+	"WSGATE_CONNECT_URL":           "",
 }
 
 var ownDefaults = map[string]string{
@@ -72,7 +75,7 @@ func TestGatewayDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Gateway{
-		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{},
+		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{}, Events: []string{},
 		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, DevicePolicy: "multi",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
 		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,

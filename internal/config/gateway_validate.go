@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/wsgate/wsgate/internal/upstream"
@@ -34,9 +35,9 @@ func (c *Gateway) Validate() error {
 	if v.ok() && c.JWTSecret != "" && len(c.JWTSecrets()) == 0 {
 		v.failf("%s holds no secret (a comma list of HS256 secrets)", EnvName("jwt-secret"))
 	}
-	if v.ok() && c.JWTSecret == "" && c.JWTPublicKeyFile == "" && c.JWKSURL == "" && !c.AuthInsecure && !c.Dev {
-		v.failf("%s, %s or %s must be set to verify client tokens (or %s=true to accept ?user=ID without a token)",
-			EnvName("jwt-secret"), EnvName("jwt-public-key-file"), EnvName("jwks-url"), EnvName("auth-insecure"))
+	if v.ok() && c.JWTSecret == "" && c.JWTPublicKeyFile == "" && c.JWKSURL == "" && c.ConnectURL == "" && !c.AuthInsecure && !c.Dev {
+		v.failf("%s, %s, %s or %s must be set to verify client tokens (or %s=true to accept ?user=ID without a token)",
+			EnvName("jwt-secret"), EnvName("jwt-public-key-file"), EnvName("jwks-url"), EnvName("connect-url"), EnvName("auth-insecure"))
 	}
 	v.notNegativeDur("jwt-leeway", c.JWTLeeway)
 	v.notNegativeDur("jwt-max-lifetime", c.JWTMaxLifetime)
@@ -83,6 +84,7 @@ func (c *Gateway) Validate() error {
 	v.positive("drain-timeout", c.DrainTimeout)
 	v.rate("drain-rate", c.DrainRate)
 	v.notNegativeDur("warmup", c.Warmup)
+	c.checkEvents(&v)
 
 	v.bothOrNeither("tls-cert-file", c.TLSCertFile, "tls-key-file", c.TLSKeyFile)
 	v.file("tls-cert-file", c.TLSCertFile)
@@ -179,3 +181,24 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 	}
 	return out, nil
 }
+
+// checkEvents refuses an unknown event name and a connect URL that is not
+// an http(s) URL with a host.
+func (c *Gateway) checkEvents(v *checker) {
+	for _, e := range c.Events {
+		if v.ok() && !slices.Contains(EventNames, e) {
+			v.failf("%s entry %q is not an event (want %s)", EnvName("events"), e, strings.Join(EventNames, ", "))
+		}
+	}
+	v.notNegativeDur("undelivered-after", c.UndeliveredAfter)
+	if !v.ok() || c.ConnectURL == "" {
+		return
+	}
+	u, err := url.Parse(c.ConnectURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.failf("%s must be an http:// or https:// URL with a host", EnvName("connect-url"))
+	}
+}
+
+// EventOn reports whether WSGATE_EVENTS lists the event.
+func (c *Gateway) EventOn(name string) bool { return slices.Contains(c.Events, name) }

@@ -406,7 +406,11 @@ func (n *Node) refuseTaken(fd int, tok netpoll.Token, f *refusal) {
 // establishOwn runs the backend step of an admitted handshake and sends
 // the 101 with the welcome.
 func (n *Node) establishOwn(fd int, tok netpoll.Token, a admission, resp, initial []byte) {
-	if f := n.checkUserLimit(n.hsCtx, a.claims.Subject); f != nil {
+	f := n.askProxy(n.hsCtx, &a)
+	if f == nil {
+		f = n.checkUserLimit(n.hsCtx, a.claims.Subject)
+	}
+	if f != nil {
 		n.release(&a)
 		n.refuseTaken(fd, tok, f)
 		return
@@ -503,6 +507,13 @@ func parseUpgrade(req []byte) (wsRequest, []byte, error) {
 				r.xff += string(v)
 			case "X-Real-Ip":
 				r.realIP = string(v)
+			case "Cookie":
+				if r.cookie != "" {
+					r.cookie += "; "
+				}
+				r.cookie += string(v)
+			case "User-Agent":
+				r.userAgent = string(v)
 			}
 			return nil
 		},

@@ -176,6 +176,12 @@ type connExtra struct {
 	rooms map[string]*stream // the reliable rooms the connection follows, by name
 
 	room chan struct{} // closed when the queue drains (a catch-up waits for room)
+
+	// Lifecycle events (events.go), only with WSGATE_EVENTS.
+	info        []byte // the token's info claim, for the connect record
+	lifeUp      bool   // the connection's ConnUp was queued; its end is not yet
+	closeCode   int    // the first close code sent (0: none yet)
+	closeReason string
 }
 
 // stream is one reliable sequence of a connection: the user's inbox or a
@@ -473,6 +479,9 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 		return
 	}
 	wasResuming := c.state == stResuming
+	if c.n.events != nil {
+		c.extra().closeCode, c.x.closeReason = code, reason
+	}
 	c.state = stClosing
 	c.closingSince = time.Now().Unix()
 	c.n.metrics.Closes.WithLabelValues(closeLabel(code)).Inc()
@@ -499,6 +508,9 @@ func (c *conn) teardownLocked(why string) {
 	}
 	if c.state != stClosing {
 		c.n.metrics.Closes.WithLabelValues("0").Inc()
+		if c.n.events != nil {
+			c.extra().closeCode, c.x.closeReason = closeAbnormal, why
+		}
 	}
 	c.state = stClosed
 	c.n.releasePartial(c)

@@ -108,6 +108,8 @@ type wsRequest struct {
 	protocols []string // the Sec-WebSocket-Protocol headers
 	xff       string   // X-Forwarded-For (all of them, comma-joined)
 	realIP    string   // X-Real-IP
+	cookie    string   // Cookie (all of them, "; "-joined), for WSGATE_CONNECT_URL
+	userAgent string   // User-Agent, for WSGATE_CONNECT_URL
 }
 
 func requestOf(r *http.Request) wsRequest {
@@ -115,6 +117,7 @@ func requestOf(r *http.Request) wsRequest {
 		ip: peerIP(r), query: r.URL.Query(), origin: r.Header.Get("Origin"), host: r.Host,
 		authz: r.Header.Get("Authorization"), protocols: r.Header.Values("Sec-WebSocket-Protocol"),
 		xff: strings.Join(r.Header.Values("X-Forwarded-For"), ","), realIP: r.Header.Get("X-Real-Ip"),
+		cookie: strings.Join(r.Header.Values("Cookie"), "; "), userAgent: r.Header.Get("User-Agent"),
 	}
 }
 
@@ -202,6 +205,7 @@ type admission struct {
 	since     int64
 	hasSince  bool
 	device    string           // "" for the default device
+	proxy     []byte           // the WSGATE_CONNECT_URL request still to make (claims is nil until then)
 	roomSince map[string]int64 // room_since: reliable rooms to resume
 }
 
@@ -258,7 +262,10 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 // of its own.
 func (n *Node) admitToken(ctx context.Context, req *wsRequest, a admission, wait bool) (admission, *refusal) {
 	var err error
-	if a.claims, err = n.authenticate(ctx, req, wait); err != nil {
+	if n.useConnectProxy(req) {
+		// Asked off the event loop, once the IP slot is held (askProxy).
+		a.proxy = connectRequest(req)
+	} else if a.claims, err = n.authenticate(ctx, req, wait); err != nil {
 		f := authRefusal(err)
 		if !wait && errors.Is(err, auth.ErrTokenKid) && n.keys.RefreshDue() {
 			f.awaitKeys = true
@@ -332,6 +339,9 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 		c.meta = &connMeta{claims: g, device: a.device}
 	}
 	c.exp = n.connExp(a.claims)
+	if n.events != nil {
+		c.extra().info = a.claims.Info
+	}
 	n.metrics.ConnectionsTotal.Inc()
 	n.accepted.Add(1)
 	return c
@@ -359,7 +369,10 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		a, f = n.admitToken(r.Context(), &req, a, true)
 	}
 	if f == nil {
-		if f = n.checkUserLimit(r.Context(), a.claims.Subject); f != nil {
+		if f = n.askProxy(r.Context(), &a); f == nil {
+			f = n.checkUserLimit(r.Context(), a.claims.Subject)
+		}
+		if f != nil {
 			n.release(&a)
 		}
 	}
@@ -555,6 +568,9 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 	// go out from here (a full queue is written inline, never taken for
 	// a slow client).
 	c.state = stOpen
+	if n.events != nil {
+		n.events.openedLocked(c, ip, c.x.info)
+	}
 	c.lastSeq = base
 	c.queueReplayLocked(nil, since, rd)
 	c.lastSeq = max(c.lastSeq, base, rd.GapTo)
@@ -638,6 +654,9 @@ func (n *Node) replaceOthers(ctx context.Context, c *conn) {
 // forget removes an ended connection from the hub, the cluster and the
 // limits. Runs once per connection, off the lock.
 func (n *Node) forget(c *conn) {
+	if n.events != nil {
+		n.events.ended(c) // before the hub lets Shutdown go on
+	}
 	emptied, found := n.hub.remove(c)
 	if !found {
 		return

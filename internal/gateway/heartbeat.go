@@ -172,6 +172,9 @@ func (n *Node) cleanupDeadNodes(ctx context.Context) {
 		// connections of its users catch up now, not at the next message.
 		n.catchUpBehind()
 	}
+	if n.events != nil {
+		n.events.sweepDead(ctx, nodes)
+	}
 	for _, x := range nodes {
 		if x.ID != n.cfg.NodeID && now-x.Heartbeat > limit {
 			n.log.Info("removing the record of a dead node", "dead_node", x.ID, "silent_ms", now-x.Heartbeat)

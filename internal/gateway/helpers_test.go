@@ -40,7 +40,8 @@ func startNode(t *testing.T, mutate func(*config.Gateway)) *testNode {
 	return startNodeWith(t, cluster.NewMemory(), mutate)
 }
 
-func startNodeWith(t *testing.T, backend cluster.Backend, mutate func(*config.Gateway)) *testNode {
+// before, when given, runs between New and Start (e.g. EnableEvents).
+func startNodeWith(t *testing.T, backend cluster.Backend, mutate func(*config.Gateway), before ...func(*Node)) *testNode {
 	t.Helper()
 	cfg := new(config.Gateway)
 	if err := config.NewGatewaySet(cfg).Load(nil, func(string) (string, bool) { return "", false }); err != nil {
@@ -72,6 +73,9 @@ func startNodeWith(t *testing.T, backend cluster.Backend, mutate func(*config.Ga
 	n, err := New(*cfg, backend, nil, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range before {
+		f(n)
 	}
 	if err := n.Start(context.Background()); err != nil {
 		t.Fatal(err)

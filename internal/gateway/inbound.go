@@ -45,8 +45,10 @@ func (c *conn) ack(seq int64) error {
 	c.n.observe("inbox", start, err)
 	if err != nil {
 		c.logger().Warn("ack failed", "seq", seq, "err", err)
+		return err
 	}
-	return err
+	c.n.events.acked(ctx, c, seq)
+	return nil
 }
 
 func (c *conn) handle(cf *protocol.ClientFrame) {

@@ -88,6 +88,7 @@ type Node struct {
 
 	asks askTable // requests to other nodes waiting for their answer
 
+	events   *events       // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
 	sink     upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
 	hc       *http.Client  // rpc calls and the webhook sink
 	rpcSlots chan struct{} // rpc calls in flight on this node
@@ -202,6 +203,13 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	n.idPrefix = hex.EncodeToString(b[:])
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.hsCtx, n.hsCancel = context.WithCancel(n.ctx)
+	if len(cfg.Events) > 0 {
+		if n.sink == nil {
+			n.log.Warn("WSGATE_EVENTS is set but WSGATE_UPSTREAM_URL is empty: no lifecycle events are sent")
+		} else if err := n.EnableEvents(n.sink); err != nil {
+			return nil, err
+		}
+	}
 	n.status.Store(cluster.StatusActive)
 	n.weight.Store(100)
 	if cfg.Warmup > 0 {
@@ -383,6 +391,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	for _, c := range n.hub.all() {
 		c.teardown("shutdown")
 	}
+	ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	n.events.stop(ectx)
+	cancel()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = n.backend.RemoveNode(rctx, n.cfg.NodeID)
 	cancel()

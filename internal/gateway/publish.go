@@ -232,6 +232,9 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 				return PublishResult{}, unavailable("inbox append", err)
 			}
 			msg.Seq, res.Seq, routes = ar.Seq, ar.Seq, ar.Routes
+			if !ar.Existing && n.events.undeliveredOn() {
+				n.events.appended(ctx, []cluster.Due{{User: r.Target.ID, Seq: ar.Seq, MessageID: msg.ID, Event: msg.Event}})
+			}
 		} else {
 			start := time.Now()
 			var err error
@@ -400,6 +403,7 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 	if len(appends) > 0 {
 		start := time.Now()
 		outs := n.backend.AppendInboxes(ctx, appends, n.inboxOpts())
+		var dues []cluster.Due // undelivered checks, when on
 		var firstErr error
 		for j, o := range outs {
 			m := &ms[appendAt[j]]
@@ -410,8 +414,12 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 			}
 			m.msg.Seq = o.Seq
 			m.nodes, m.live, m.ok = routeNodes(o.Routes), len(n.lb.live(o.Routes)) > 0, true
+			if !o.Existing && n.events.undeliveredOn() {
+				dues = append(dues, cluster.Due{User: m.req.Target.ID, Seq: o.Seq, MessageID: m.msg.ID, Event: m.msg.Event})
+			}
 		}
 		n.observe("publish", start, firstErr)
+		n.events.appended(ctx, dues)
 	}
 	wg.Wait()
 

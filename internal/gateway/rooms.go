@@ -38,6 +38,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 	if err != nil {
 		return unavailable("room membership", err)
 	}
+	n.events.membership(user, room, join)
 	// Stored before routes are read; a connect stores its route before it
 	// reads the user's rooms: one of the two always sees the other.
 	start = time.Now()

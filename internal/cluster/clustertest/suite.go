@@ -40,6 +40,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) cluster.Backend) {
 		{"History", historyTests},
 		{"Bus", busTests},
 		{"Misc", miscTests},
+		{"Lifecycle", lifecycleTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
