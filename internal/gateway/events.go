@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"github.com/wsgate/wsgate/protocol"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/upstream"
+	"github.com/wsgate/wsgate/protocol"
 )
 
 // Lifecycle events (contract section 13, WSGATE_EVENTS).
