@@ -157,10 +157,10 @@ func env(c obj) map[string]string {
 	return out
 }
 
-// pending are settings of the admin listener and of secret files, which
-// the chart uses and which arrive in internal/config with them; once they
-// are settings there, they are checked like every other.
-var pending = map[string]bool{"WSGATE_ADMIN_LISTEN": true, "WSGATE_API_KEY_FILE": true, "WSGATE_JWT_SECRET_FILE": true, "WSGATE_UPSTREAM_SECRET_FILE": true}
+// pending are settings the chart uses before internal/config has them
+// (none today); once they are settings there, they are checked like every
+// other.
+var pending = map[string]bool{}
 
 func settings(s *config.Set) map[string]bool {
 	out := map[string]bool{}

@@ -152,7 +152,10 @@ func (s *KeySet) fetchShared(ctx context.Context) bool {
 	s.inflight, s.lastTry = ch, time.Now()
 	s.mu.Unlock()
 
-	err := s.fetch(ctx)
+	// The fetch serves every waiter, so the caller that happened to start
+	// it must not end it by going away (a client that hung up): it is
+	// bounded by its own timeout instead.
+	err := s.fetch(context.WithoutCancel(ctx))
 	result := "ok"
 	if err != nil {
 		result = "error"
