@@ -78,7 +78,7 @@ func (n *Node) drain(trigger string) {
 	}
 	n.metrics.DrainRemaining.Set(0)
 	ctx, cancel = context.WithTimeout(context.Background(), 4*time.Second)
-	_ = n.backend.RemoveNode(ctx, n.cfg.NodeID)
+	n.retire(ctx)
 	cancel()
 	log.Info("drain finished", "redirected", redirected)
 	close(n.drained)

@@ -28,7 +28,14 @@ func (n *Node) heartbeatLoop() {
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatInterval+2*time.Second)
 		start := time.Now()
+		n.recordMu.Lock()
+		if n.retired {
+			n.recordMu.Unlock()
+			cancel()
+			return
+		}
 		lost, err := n.backend.Heartbeat(ctx, n.info())
+		n.recordMu.Unlock()
 		n.observe("heartbeat", start, err)
 		wasHealthy := n.healthy.Swap(err == nil)
 		if err != nil {

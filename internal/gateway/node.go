@@ -74,6 +74,9 @@ type Node struct {
 	staleNodes    map[string]bool // nodes silent for staleAfter at the last cleanupDeadNodes (its goroutine only)
 	behindAgain   atomic.Bool     // and must run once more
 
+	recordMu sync.Mutex // held across each heartbeat write and by retire
+	retired  bool       // the node's record was removed for good: no heartbeat may write it again
+
 	loseBus      func(seq int64) bool // tests only: true loses the bus message of that seq
 	lb           *liveBackend         // the backend as n.backend, with what only it does
 	catchUpEvery atomic.Int64         // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
@@ -395,7 +398,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.events.stop(ectx)
 	cancel()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_ = n.backend.RemoveNode(rctx, n.cfg.NodeID)
+	n.retire(rctx)
 	cancel()
 	n.cancel() // ends the writers (the channel stays open: a late kick may still send on it)
 	n.grMu.Lock()
@@ -408,6 +411,17 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	n.hc.CloseIdleConnections()
 	return nil
+}
+
+// retire removes the node's record for good: a heartbeat in flight is
+// waited for and no later one writes the record again (a heartbeat
+// recreates a record it finds gone, which after a drain would leave a
+// draining node listed until it is found dead).
+func (n *Node) retire(ctx context.Context) {
+	n.recordMu.Lock()
+	n.retired = true
+	n.recordMu.Unlock()
+	_ = n.backend.RemoveNode(ctx, n.cfg.NodeID)
 }
 
 // Status is the node's current lifecycle status.
