@@ -17,6 +17,7 @@ var contractDefaults = map[string]string{
 	"WSGATE_ADMIN_LISTEN":          "",
 	"WSGATE_API_KEY_FILE":          "",
 	"WSGATE_JWT_SECRET_FILE":       "",
+	"WSGATE_UPSTREAM_SECRET_FILE":  "",
 	"WSGATE_NODE_ID":               "",
 	"WSGATE_ADVERTISE_URL":         "",
 	"WSGATE_REDIS_URL":             "",

@@ -55,7 +55,7 @@ func TestGatewayValidate(t *testing.T) {
 		{"rpc bad url", func(c *Gateway) { c.RPCURL = "api.example/rpc" }, "WSGATE_RPC_URL must be an http:// or https:// URL with a host"},
 		{"redis prefix glob", func(c *Gateway) { c.RedisPrefix = "ws*" }, `WSGATE_REDIS_PREFIX ("ws*") must not contain '*'`},
 		{"no jwt key", func(c *Gateway) { c.JWTSecret = "" },
-			"WSGATE_JWT_SECRET, WSGATE_JWT_PUBLIC_KEY_FILE or WSGATE_JWKS_URL must be set|WSGATE_AUTH_INSECURE=true"},
+			"WSGATE_JWT_SECRET, WSGATE_JWT_PUBLIC_KEY_FILE, WSGATE_JWKS_URL or WSGATE_CONNECT_URL must be set|WSGATE_AUTH_INSECURE=true"},
 		{"jwks url only", func(c *Gateway) { c.JWTSecret = ""; c.JWKSURL = "https://auth.example/jwks.json" }, ""},
 		{"jwks url not http", func(c *Gateway) { c.JWKSURL = "file:///etc/jwks.json" }, "WSGATE_JWKS_URL|must be an http:// or https:// URL"},
 		{"jwt secret only commas", func(c *Gateway) { c.JWTSecret = " , ," }, "WSGATE_JWT_SECRET holds no secret"},
