@@ -1,7 +1,8 @@
 # wsgate: build, test, fuzz, bench.
 #
-#   make test    installs what the tests need (redis-server, Chromium), then runs
-#                gofmt, vet, every test with the race detector, and the contract suite
+#   make test    installs what the tests need (redis-server, Chromium, Node.js), then runs
+#                gofmt, vet, every test with the race detector, the JavaScript
+#                package's tests, and the contract suite
 #   make build   bin/wsgate
 #   make fuzz    runs every fuzz target for FUZZTIME (default 30s)
 #   make bench   the Go benchmarks of the hot paths
@@ -10,7 +11,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 SHARED   ?= ../shared
 
-.PHONY: all build test test-go conformance deps vet fuzz bench clean
+.PHONY: all build test test-go test-js conformance deps vet fuzz bench clean
 
 all: build
 
@@ -26,10 +27,17 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: deps vet test-go conformance
+test: deps vet test-go test-js conformance
 
 test-go:
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+# The npm package @wsgate/client (web/client): its unit tests and an
+# integration test against bin/wsgate under Node's test runner, the package
+# as `npm pack` makes it compiled in a fresh TypeScript project, and
+# `tsc --noEmit` on the typed example. npm ci installs the locked devDependencies.
+test-js: build
+	cd web/client && npm ci --no-audit --no-fund --loglevel=error && WSGATE_BIN=$(CURDIR)/bin/wsgate npm test && npm run typecheck
 
 # The public contract suite, when the shared folder is beside the project.
 conformance: build

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs from Debian's packages, if missing:
-# redis-server (with redis-cli and sentinel mode) and Chromium for the
-# browser tests. Idempotent; needs root (CI runs as root).
+# redis-server (with redis-cli and sentinel mode), Chromium for the
+# browser tests, Node.js and npm for the JavaScript package's tests. Idempotent; needs root (CI runs as root).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v chromium >/dev/null || need+=(chromium fonts-dejavu-core)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 if [ ${#need[@]} -eq 0 ]; then
-	echo "test dependencies present: $(redis-server --version | cut -d' ' -f1-3), $(chromium --version 2>/dev/null | head -1)"
+	echo "test dependencies present: $(redis-server --version | cut -d' ' -f1-3), $(chromium --version 2>/dev/null | head -1), node $(node --version)"
 	exit 0
 fi
 echo "installing test dependencies: ${need[*]}"

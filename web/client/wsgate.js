@@ -1330,6 +1330,7 @@ class SharedLink {
         this.snap = d.snap;
         return;
       case 'reply': {
+        if (d.snap) this.snap = d.snap;
         const p = this.#pending.get(d.id);
         if (!p) return;
         this.#pending.delete(d.id);
@@ -1465,7 +1466,7 @@ function hostSharedWorker(scope) {
         try {
           if (!client) throw new WsgateError('not_connected', 'wsgate: the shared connection is not set up');
           const value = await call(st, d.method, d.args ?? []);
-          post(port, { t: 'reply', id: d.id, ok: true, value });
+          post(port, { t: 'reply', id: d.id, ok: true, value, snap: client.snapshot() });
         } catch (err) {
           post(port, { t: 'reply', id: d.id, ok: false, error: { code: err?.code ?? 'error', message: String(err?.message ?? err), closeCode: err?.closeCode, closeReason: err?.closeReason } });
         }
