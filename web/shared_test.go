@@ -51,7 +51,9 @@ func TestSharedConnectionTabs(t *testing.T) {
 	}
 	presence := func() int {
 		var res struct {
-			Connections []struct{ ConnID string `json:"conn_id"` }
+			Connections []struct {
+				ConnID string `json:"conn_id"`
+			}
 		}
 		if code := api(t, dev, "", "GET", "/api/v1/users/alice/presence", nil, &res); code != 200 {
 			t.Fatalf("presence: %d", code)
