@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -34,10 +35,11 @@ type Client struct {
 	sessReady chan struct{}      // closed when sess becomes non-nil
 
 	seqMu    sync.Mutex
-	lastSeq  int64 // highest reliable seq delivered (or Config.Since)
-	hasSeq   bool  // lastSeq is known: dial with since
-	ackedSeq int64 // highest seq acknowledged to a server
-	unacked  int   // messages delivered since the last ack
+	lastSeq  int64            // highest reliable seq delivered (or Config.Since)
+	hasSeq   bool             // lastSeq is known: dial with since
+	ackedSeq int64            // highest seq acknowledged to a server
+	unacked  int              // messages delivered since the last ack
+	roomSeq  map[string]int64 // per reliable room: highest seq delivered (or skipped by a gap)
 }
 
 type stats struct {
@@ -83,6 +85,10 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Since != nil {
 		c.lastSeq, c.hasSeq = *cfg.Since, true
 	}
+	c.roomSeq = make(map[string]int64, len(cfg.RoomSince))
+	for room, seq := range cfg.RoomSince {
+		c.roomSeq[room] = seq
+	}
 	return c, nil
 }
 
@@ -93,6 +99,16 @@ func (c *Client) LastSeq() int64 {
 	c.seqMu.Lock()
 	defer c.seqMu.Unlock()
 	return c.lastSeq
+}
+
+// RoomSeqs are the client's positions in the reliable rooms it has seen:
+// room -> highest seq delivered (or skipped by a gap). The next
+// connection resumes each with room_since. Save them to resume in a later
+// process (Config.RoomSince).
+func (c *Client) RoomSeqs() map[string]int64 {
+	c.seqMu.Lock()
+	defer c.seqMu.Unlock()
+	return maps.Clone(c.roomSeq)
 }
 
 // Stats returns the counters.
@@ -280,6 +296,7 @@ func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error)
 		IdleTimeout:      c.cfg.IdleTimeout,
 		ReadBufferSize:   c.cfg.ReadBufferSize,
 		Since:            c.since(),
+		RoomSince:        c.RoomSeqs(),
 	}
 	if c.cfg.Token != nil {
 		tok, err := c.cfg.Token(ctx)

@@ -74,6 +74,10 @@ type Config struct {
 	// acknowledged on connect); nil = none, the server then sends every
 	// unacknowledged message.
 	Since *int64
+	// RoomSince are the resume points of reliable rooms for the first
+	// connection (room -> highest seq processed); later connections resume
+	// every room the client has seen a seq of (see Client.RoomSeqs).
+	RoomSince map[string]int64
 
 	// MinBackoff (default 1s) and MaxBackoff (default 30s) bound the
 	// exponential backoff: before retry n (from 0) the client sleeps a random
@@ -124,6 +128,10 @@ type Handlers struct {
 	// OnGap reports reliable messages from..to (missed of them) that the
 	// server dropped (inbox limit or TTL) and that will never come.
 	OnGap func(from, to, missed int64)
+	// OnRoomGap reports the same for a reliable room's history (a gap
+	// frame with a room target): from..to of room are gone (history limit
+	// or TTL). Those seqs are skipped whether or not it is set.
+	OnRoomGap func(room string, from, to, missed int64)
 	// OnState reports state changes; err is the cause of a reconnect or the
 	// error Run returns with StateClosed.
 	OnState func(s State, err error)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,7 +26,9 @@ type DialOptions struct {
 	TokenVia TokenVia // where the token goes (default header)
 	User     string   // ?user= for insecure servers; empty = not sent
 	Since    *int64   // ?since= resume point; nil = not sent
-	Format   protocol.Format
+	// RoomSince resumes reliable rooms: one ?room_since=ROOM:SEQ each.
+	RoomSince map[string]int64
+	Format    protocol.Format
 
 	// LocalAddr is the source IP of the TCP connection; empty = any.
 	LocalAddr string
@@ -57,8 +60,10 @@ type Welcome struct {
 	Node         string
 	User         string
 	PingInterval time.Duration
-	InboxSeq     int64  // highest reliable seq ever assigned to the user
-	URL          string // the URL dialled (without the query Dial added)
+	InboxSeq     int64 // highest reliable seq ever assigned to the user
+	// Rooms maps each reliable room the user is a member of to its seq.
+	Rooms map[string]int64
+	URL   string // the URL dialled (without the query Dial added)
 }
 
 // subprotocol is the one the server selects when the token comes as
@@ -151,6 +156,7 @@ func (c *Conn) readWelcome(ctx context.Context, deadline time.Time) (*Welcome, e
 		ConnID: pw.ConnID, Node: pw.Node, User: pw.User,
 		PingInterval: time.Duration(pw.PingIntervalMS) * time.Millisecond,
 		InboxSeq:     pw.InboxSeq,
+		Rooms:        pw.Rooms,
 	}, nil
 }
 
@@ -188,6 +194,14 @@ func handshakeURL(rawURL string, o DialOptions) (string, error) {
 	}
 	if o.Format == protocol.MsgPack {
 		q.Set("format", o.Format.String())
+	}
+	rooms := make([]string, 0, len(o.RoomSince))
+	for room := range o.RoomSince {
+		rooms = append(rooms, room)
+	}
+	slices.Sort(rooms)
+	for _, room := range rooms {
+		q.Add("room_since", room+":"+strconv.FormatInt(o.RoomSince[room], 10))
 	}
 	u.RawQuery = q.Encode()
 	return u.String(), nil

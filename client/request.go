@@ -44,6 +44,26 @@ func (c *Client) Join(ctx context.Context, room string) error {
 	return c.request(ctx, &protocol.ClientFrame{Type: protocol.TypeJoin, Room: room})
 }
 
+// JoinSince joins room as Join does and, the room being reliable, has the
+// server first send this connection the room's kept messages above since
+// (before the join's answer), so that the client reads what it missed
+// (the room's history; a gap comes for what is gone). The client follows
+// the room from there and resumes it on every reconnect.
+func (c *Client) JoinSince(ctx context.Context, room string, since int64) error {
+	if err := protocol.ValidName("room", room); err != nil {
+		return fmt.Errorf("client: JoinSince: %w", err)
+	}
+	if since < 0 {
+		return fmt.Errorf("client: JoinSince: since %d is negative", since)
+	}
+	c.seqMu.Lock()
+	if pos, ok := c.roomSeq[room]; !ok || since < pos {
+		c.roomSeq[room] = since
+	}
+	c.seqMu.Unlock()
+	return c.request(ctx, &protocol.ClientFrame{Type: protocol.TypeJoin, Room: room, Since: &since})
+}
+
 // Leave makes the user leave room.
 func (c *Client) Leave(ctx context.Context, room string) error {
 	if err := protocol.ValidName("room", room); err != nil {

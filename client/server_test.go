@@ -55,6 +55,8 @@ type serverOpts struct {
 	// inboxSeq is the welcome's inbox_seq; 0 = 1,000,000 (a user with a
 	// long history, so that it never lowers the client's resume point).
 	inboxSeq int64
+	// rooms is the welcome's rooms (reliable rooms and their seqs).
+	rooms map[string]int64
 }
 
 type testServer struct {
@@ -157,7 +159,7 @@ func (s *testServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if inboxSeq == 0 {
 		inboxSeq = 1_000_000
 	}
-	sc.send(&protocol.Welcome{Type: protocol.TypeWelcome, ConnID: "c" + strconv.FormatInt(n, 10), Node: s.opts.node, User: user, PingIntervalMS: 25000, InboxSeq: inboxSeq})
+	sc.send(&protocol.Welcome{Type: protocol.TypeWelcome, ConnID: "c" + strconv.FormatInt(n, 10), Node: s.opts.node, User: user, PingIntervalMS: 25000, InboxSeq: inboxSeq, Rooms: s.opts.rooms})
 	s.conns <- sc
 	s.wg.Add(1)
 	go sc.readLoop()
@@ -224,6 +226,18 @@ func (sc *serverConn) message(seq int64, event, data string) {
 		panic(err)
 	}
 	sc.write(sc.dataOp(), p)
+}
+
+// roomMessages sends reliable messages of room with the given seqs.
+func (sc *serverConn) roomMessages(room string, seqs ...int64) {
+	for _, seq := range seqs {
+		m := &protocol.Message{ID: room + strconv.FormatInt(seq, 10), Event: "e", Data: json.RawMessage(`1`), TS: time.Now().UnixMilli(), Target: protocol.Target{Type: protocol.TargetRoom, ID: room}, Seq: seq}
+		p, err := protocol.EncodeMessage(sc.format, m)
+		if err != nil {
+			panic(err)
+		}
+		sc.write(sc.dataOp(), p)
+	}
 }
 
 // messages sends reliable messages with the given seqs.

@@ -73,6 +73,13 @@ func (c *Client) serve(ctx context.Context, conn *Conn, w *Welcome) sessionResul
 		c.lastSeq = w.InboxSeq
 		c.ackedSeq = min(c.ackedSeq, w.InboxSeq)
 	}
+	// The same for each reliable room: a position above the room's seq
+	// means its history was lost; the room's seq is the base (contract 12).
+	for room, seq := range w.Rooms {
+		if pos, ok := c.roomSeq[room]; !ok || seq < pos {
+			c.roomSeq[room] = seq
+		}
+	}
 	c.seqMu.Unlock()
 	c.log.Info("wsgate client: connected", "url", w.URL, "node", w.Node, "conn", w.ConnID, "user", w.User, "inbox_seq", w.InboxSeq)
 	c.setSession(s)
@@ -154,6 +161,19 @@ func (s *session) handle(f *protocol.ServerFrame) {
 	case protocol.TypeGap:
 		c.st.gaps.Add(1)
 		c.st.missed.Add(f.Missed)
+		if f.Target != nil && f.Target.Type == protocol.TargetRoom {
+			room := f.Target.ID
+			c.log.Warn("wsgate client: room messages lost", "room", room, "from", f.From, "to", f.To, "missed", f.Missed)
+			if h := c.cfg.Handlers.OnRoomGap; h != nil {
+				h(room, f.From, f.To, f.Missed)
+			}
+			c.seqMu.Lock()
+			if f.To > c.roomSeq[room] {
+				c.roomSeq[room] = f.To
+			}
+			c.seqMu.Unlock()
+			return
+		}
 		c.log.Warn("wsgate client: reliable messages lost", "from", f.From, "to", f.To, "missed", f.Missed)
 		if h := c.cfg.Handlers.OnGap; h != nil {
 			h(f.From, f.To, f.Missed)
@@ -170,6 +190,28 @@ func (s *session) handle(f *protocol.ServerFrame) {
 	}
 }
 
+// onRoomMessage delivers a reliable room message (called with deliverMu
+// held, which it releases): only when newer than the room's position,
+// which it then moves. Room history is not acknowledged.
+func (s *session) onRoomMessage(m protocol.Message) {
+	c := s.c
+	defer s.deliverMu.Unlock()
+	c.seqMu.Lock()
+	dup := m.Seq <= c.roomSeq[m.Target.ID]
+	c.seqMu.Unlock()
+	if dup {
+		c.st.duplicates.Add(1)
+		return
+	}
+	c.st.messages.Add(1)
+	if h := c.cfg.Handlers.OnMessage; h != nil {
+		h(m)
+	}
+	c.seqMu.Lock()
+	c.roomSeq[m.Target.ID] = m.Seq
+	c.seqMu.Unlock()
+}
+
 // onMessage delivers a message; a reliable one only when it is newer than
 // every seq seen (older ones are duplicates of a resume), and it is counted
 // for the next ack after OnMessage returned.
@@ -181,6 +223,10 @@ func (s *session) onMessage(f *protocol.ServerFrame) {
 	if s.closing.Load() {
 		s.deliverMu.Unlock()
 		return // not delivered, not acknowledged: it comes again on resume
+	}
+	if m.Seq > 0 && m.Target.Type == protocol.TargetRoom {
+		s.onRoomMessage(m)
+		return
 	}
 	if m.Seq > 0 && m.Seq <= c.LastSeq() {
 		s.deliverMu.Unlock()

@@ -19,13 +19,14 @@ type ServerFrame struct {
 	Type string `json:"type" msgpack:"type"`
 
 	// welcome
-	ConnID         string `json:"conn_id" msgpack:"conn_id"`
-	Node           string `json:"node" msgpack:"node"`
-	User           string `json:"user" msgpack:"user"`
-	PingIntervalMS int64  `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
-	InboxSeq       int64  `json:"inbox_seq" msgpack:"inbox_seq"`
+	ConnID         string           `json:"conn_id" msgpack:"conn_id"`
+	Node           string           `json:"node" msgpack:"node"`
+	User           string           `json:"user" msgpack:"user"`
+	PingIntervalMS int64            `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
+	InboxSeq       int64            `json:"inbox_seq" msgpack:"inbox_seq"`
+	Rooms          map[string]int64 `json:"rooms" msgpack:"rooms"` // v2: reliable rooms and their seqs
 
-	// message, reply (ID, Seq)
+	// message (and gap: Target is a room's for its history), reply (ID, Seq)
 	ID     string          `json:"id" msgpack:"id"`
 	Event  string          `json:"event" msgpack:"event"`
 	Data   json.RawMessage `json:"data" msgpack:"-"` // always JSON, also on MsgPack connections
@@ -95,7 +96,7 @@ func (sf *ServerFrame) AsMessage() Message {
 func (sf *ServerFrame) AsWelcome() Welcome {
 	return Welcome{
 		Type: TypeWelcome, ConnID: sf.ConnID, Node: sf.Node, User: sf.User,
-		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq,
+		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq, Rooms: sf.Rooms,
 	}
 }
 
@@ -136,6 +137,10 @@ func AppendClientJSON(dst []byte, cf *ClientFrame, data json.RawMessage) []byte 
 		dst = append(dst, `,"room":`...)
 		dst = AppendJSONString(dst, cf.Room)
 	}
+	if cf.Since != nil {
+		dst = append(dst, `,"since":`...)
+		dst = strconv.AppendInt(dst, *cf.Since, 10)
+	}
 	if cf.Target != nil {
 		dst = append(dst, `,"target":{"type":`...)
 		dst = AppendJSONString(dst, cf.Target.Type)
@@ -168,6 +173,9 @@ func encodeClientMsgpack(cf *ClientFrame, data json.RawMessage) ([]byte, error) 
 	}
 	if cf.Room != "" {
 		obj["room"] = cf.Room
+	}
+	if cf.Since != nil {
+		obj["since"] = *cf.Since
 	}
 	if cf.Target != nil {
 		obj["target"] = map[string]any{"type": cf.Target.Type, "id": cf.Target.ID}

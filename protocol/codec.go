@@ -107,6 +107,9 @@ func (cf *ClientFrame) validate() error {
 		if err := ValidName("room", cf.Room); err != nil {
 			return badFrame("%s: %v", cf.Type, err)
 		}
+		if cf.Since != nil && *cf.Since < 0 {
+			return badFrame("join.since must be >= 0")
+		}
 		return nil
 	case TypePublish:
 		if cf.ID == "" {

@@ -6,15 +6,19 @@
 // Flow of a connection:
 //
 //	client                                   gateway
-//	  GET /ws (token, since, format)  --->     checks before the upgrade
-//	                                  <---     welcome {conn_id,node,user,ping_interval_ms,inbox_seq}
+//	  GET /ws (token, since,          --->     checks before the upgrade
+//	    room_since=ROOM:N..., format)
+//	                                  <---     welcome {conn_id,node,user,ping_interval_ms,inbox_seq,rooms}
 //	                                  <---     gap {from,to,missed}        (resume only, at most one)
 //	                                  <---     message {.., seq}           (replayed reliable messages)
+//	                                  <---     gap {.., target}, message {.., seq, target}
+//	                                                                       (each resumed reliable room)
 //	                                  <---     message ...                 (live)
 //	  ack {seq}                       --->     cumulative; trims the inbox
 //	  ping {ts}                       --->
 //	                                  <---     pong {ts}
-//	  join/leave/publish {id, ..}     --->
+//	  join/leave/publish {id, ..}     --->     (join {id,room,since}: the room's
+//	                                           kept messages above since first)
 //	                                  <---     reply {id, ok, error?}
 //	                                  <---     redirect {url,...} + close 4001 (drain)
 //

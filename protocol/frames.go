@@ -51,6 +51,9 @@ type Welcome struct {
 	User           string `json:"user" msgpack:"user"`
 	PingIntervalMS int64  `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
 	InboxSeq       int64  `json:"inbox_seq" msgpack:"inbox_seq"`
+	// Rooms maps each reliable room the user is a member of to the room's
+	// highest seq (v2).
+	Rooms map[string]int64 `json:"rooms,omitempty" msgpack:"rooms,omitempty"`
 }
 
 // ErrorBody is the {code,message} pair of error frames, refused replies and
@@ -81,6 +84,9 @@ type Gap struct {
 	From   int64  `json:"from" msgpack:"from"`
 	To     int64  `json:"to" msgpack:"to"`
 	Missed int64  `json:"missed" msgpack:"missed"`
+	// Target is {type:"room",id} for a reliable room's history (v2);
+	// absent for the user's inbox.
+	Target *Target `json:"target,omitempty" msgpack:"target,omitempty"`
 }
 
 // Redirect asks the client to reconnect to URL; close 4001 follows.
@@ -116,6 +122,7 @@ type ClientFrame struct {
 	ID     string          `json:"id" msgpack:"id"`
 	Seq    int64           `json:"seq" msgpack:"seq"`
 	Room   string          `json:"room" msgpack:"room"`
+	Since  *int64          `json:"since" msgpack:"since"` // join: replay a reliable room after this seq (v2)
 	Target *Target         `json:"target" msgpack:"target"`
 	Event  string          `json:"event" msgpack:"event"`
 	Data   json.RawMessage `json:"data" msgpack:"-"`

@@ -126,6 +126,28 @@ type AppendOutcome struct {
 	Err error
 }
 
+// RoomAppend is one message of AppendRooms: a reliable room message.
+// Payload is opaque, as for the inbox; Key binds an idempotency key in the
+// same atomic step, exactly as InboxAppend.Key does.
+type RoomAppend struct {
+	Room    string
+	Payload []byte
+	Key     string
+}
+
+// RoomAppendResult is the answer to one room append.
+type RoomAppendResult struct {
+	Seq      int64
+	Nodes    []string // the nodes with interest in the room at the time of the append
+	Existing bool     // as AppendResult.Existing
+}
+
+// RoomAppendOutcome is the answer to one message of AppendRooms.
+type RoomAppendOutcome struct {
+	RoomAppendResult
+	Err error
+}
+
 // BusMessage is one payload for one node (SendEach).
 type BusMessage struct {
 	Node    string
@@ -210,6 +232,21 @@ type Backend interface {
 	// LastSeqs is LastSeq for many users in one step (pipelined on
 	// Redis): out[i] is the last seq of users[i].
 	LastSeqs(ctx context.Context, users []string) ([]int64, error)
+
+	// Reliable rooms. AppendRooms gives each message its room's next seq,
+	// stores it in the room's history, trims the history to opt (Limit
+	// messages, each kept TTL) and reads the room's interested nodes, all
+	// in one atomic step per message (one script, one round trip for the
+	// whole call on Redis); one room's messages get increasing seqs in the
+	// order given, and each message has its own outcome. ReadRoom returns
+	// the kept messages with seq > since, oldest first, at most most (0: no
+	// bound), with the gap of what was trimmed after since (InboxRead.Acked
+	// is always 0: history is not acknowledged) and the room's last seq.
+	// RoomSeqs is the last seq of each room (0: the room never had a
+	// reliable message) in one step (pipelined on Redis).
+	AppendRooms(ctx context.Context, msgs []RoomAppend, opt InboxOptions) []RoomAppendOutcome
+	ReadRoom(ctx context.Context, room string, since int64, most int, opt InboxOptions) (InboxRead, error)
+	RoomSeqs(ctx context.Context, rooms []string) ([]int64, error)
 
 	// Bus: Send delivers payload to the named nodes' subscriptions (never
 	// to others); Broadcast to every node. Subscribe starts delivering this

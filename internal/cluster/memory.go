@@ -38,6 +38,7 @@ type Memory struct {
 	interest  map[string]map[string]time.Time // room -> node -> expiry
 	declared  map[string]map[string]struct{}  // node -> rooms it declared interest in
 	inboxes   map[string]*memInbox
+	histories map[string]*memInbox            // room -> history of a reliable room (acked stays 0)
 	subs      map[string]map[*memSub]struct{} // node -> live subscriptions
 	keys      map[string]memKey               // publisher idempotency keys
 	keyClaims int
@@ -74,17 +75,18 @@ type memMessage struct {
 // NewMemory returns an empty in-process backend.
 func NewMemory() *Memory {
 	return &Memory{
-		now:      time.Now,
-		nodes:    map[string]NodeInfo{},
-		seen:     map[string]bool{},
-		routes:   map[string]map[string]memRoute{},
-		members:  map[string]map[string]struct{}{},
-		rooms:    map[string]map[string]struct{}{},
-		interest: map[string]map[string]time.Time{},
-		declared: map[string]map[string]struct{}{},
-		inboxes:  map[string]*memInbox{},
-		subs:     map[string]map[*memSub]struct{}{},
-		done:     make(chan struct{}),
+		now:       time.Now,
+		nodes:     map[string]NodeInfo{},
+		seen:      map[string]bool{},
+		routes:    map[string]map[string]memRoute{},
+		members:   map[string]map[string]struct{}{},
+		rooms:     map[string]map[string]struct{}{},
+		interest:  map[string]map[string]time.Time{},
+		declared:  map[string]map[string]struct{}{},
+		inboxes:   map[string]*memInbox{},
+		histories: map[string]*memInbox{},
+		subs:      map[string]map[*memSub]struct{}{},
+		done:      make(chan struct{}),
 	}
 }
 
@@ -310,6 +312,10 @@ func (m *Memory) RoomNodes(ctx context.Context, room string) ([]string, error) {
 		return nil, err
 	}
 	defer m.mu.Unlock()
+	return m.roomNodesLocked(room), nil
+}
+
+func (m *Memory) roomNodesLocked(room string) []string {
 	nodes := m.interest[room]
 	out := make([]string, 0, len(nodes))
 	now := m.now()
@@ -324,7 +330,7 @@ func (m *Memory) RoomNodes(ctx context.Context, room string) ([]string, error) {
 		delete(m.interest, room)
 	}
 	slices.Sort(out)
-	return out, nil
+	return out
 }
 
 // AppendInbox implements Backend. Limit <= 0 keeps any number of messages

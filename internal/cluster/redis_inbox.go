@@ -300,15 +300,24 @@ func (r *Redis) LastSeq(ctx context.Context, user string) (int64, error) {
 
 // LastSeqs implements Backend: one GET per user, pipelined.
 func (r *Redis) LastSeqs(ctx context.Context, users []string) ([]int64, error) {
-	out := make([]int64, len(users))
-	if len(users) == 0 {
+	keys := make([]string, len(users))
+	for i, u := range users {
+		keys[i] = r.k.seq(u)
+	}
+	return r.getInts(ctx, "last seqs", keys)
+}
+
+// getInts reads integer keys in one pipeline (0 for a missing key).
+func (r *Redis) getInts(ctx context.Context, op string, keys []string) ([]int64, error) {
+	out := make([]int64, len(keys))
+	if len(keys) == 0 {
 		return out, nil
 	}
-	err := r.do(ctx, "last seqs", true, func(ctx context.Context) error {
-		cmds := make([]*redis.StringCmd, len(users))
+	err := r.do(ctx, op, true, func(ctx context.Context) error {
+		cmds := make([]*redis.StringCmd, len(keys))
 		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, u := range users {
-				cmds[i] = p.Get(ctx, r.k.seq(u))
+			for i, k := range keys {
+				cmds[i] = p.Get(ctx, k)
 			}
 			return nil
 		})
@@ -348,7 +357,12 @@ func (r *Redis) masterFor(ctx context.Context, key string) (*redis.Client, error
 // stream per master, so a write made now (to a key of the user's slot)
 // and confirmed by WAIT covers every write the read saw.
 func (r *Redis) confirmReplicated(ctx context.Context, user string) error {
-	key := r.k.confirm(user)
+	return r.confirmKey(ctx, r.k.confirm(user), "inbox read of "+user)
+}
+
+// confirmKey is confirmReplicated with the key written (in the slot of
+// what was read) and what the read was, for the error.
+func (r *Redis) confirmKey(ctx context.Context, key, what string) error {
 	c, err := r.masterFor(ctx, key)
 	if err != nil {
 		return r.wrap("confirm read", err)
@@ -361,7 +375,7 @@ func (r *Redis) confirmReplicated(ctx context.Context, user string) error {
 		return r.wrap("confirm read", err)
 	}
 	if n := wait.Val(); n < int64(r.opt.Replicas) {
-		return fmt.Errorf("%w: inbox read of %s confirmed by %d of %d replicas", ErrNotReplicated, user, n, r.opt.Replicas)
+		return fmt.Errorf("%w: %s confirmed by %d of %d replicas", ErrNotReplicated, what, n, r.opt.Replicas)
 	}
 	return nil
 }

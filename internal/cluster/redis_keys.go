@@ -16,6 +16,14 @@ package cluster
 //	{P:r:ROOM}:members    set   users in the room
 //	{P:r:ROOM}:nodes      hash  node -> expiresAtMs (room interest);
 //	                            key PEXPIRE ttl+slack (GC only)
+//	{P:r:ROOM}:seq        string, last seq of a reliable room (INCR); lives
+//	                            max(history TTL, 7 days) after the last append
+//	{P:r:ROOM}:hist       zset  history of a reliable room, as the inbox:
+//	                            score = seq, member = "seq:expiresAtMs:" +
+//	                            payload; key PEXPIRE history TTL
+//	{P:r:ROOM}:confirm    string, as {P:u:USER}:confirm for history reads
+//	{P:r:ROOM}:idem:KEY   string seq that the room append with idempotency
+//	                            key KEY stored (RoomAppend.Key); PX KeyLifetime
 //	{P:u:USER}:idem:KEY   string seq that the append with idempotency key
 //	                            KEY stored (InboxAppend.Key); PX KeyLifetime
 //	{P:idem:KEY}:claim    hash  publisher idempotency key (ClaimKey): s =
@@ -31,7 +39,8 @@ package cluster
 // one publisher's messages stay in order (see Redis.publish).
 //
 // The per-user keys share one slot, so AppendInbox, ReadInbox and Ack are
-// single scripts. A user's rooms and a room's members are two slots: joins
+// single scripts; so do one room's keys, so a room append (seq, history,
+// trim, interested nodes) is one script too. A user's rooms and a room's members are two slots: joins
 // and leaves are two commands, not atomic together (a crash between them
 // leaves the user in one of the two sets; repeating the call repairs it).
 type redisKeys struct{ p string }
@@ -53,6 +62,12 @@ func (k redisKeys) idem(key string) string { return "{" + k.p + ":idem:" + key +
 
 func (k redisKeys) roomMembers(room string) string { return "{" + k.p + ":r:" + room + "}:members" }
 func (k redisKeys) roomNodes(room string) string   { return "{" + k.p + ":r:" + room + "}:nodes" }
+func (k redisKeys) roomSeq(room string) string     { return "{" + k.p + ":r:" + room + "}:seq" }
+func (k redisKeys) roomHist(room string) string    { return "{" + k.p + ":r:" + room + "}:hist" }
+func (k redisKeys) roomConfirm(room string) string { return "{" + k.p + ":r:" + room + "}:confirm" }
+func (k redisKeys) roomIdem(room, key string) string {
+	return "{" + k.p + ":r:" + room + "}:idem:" + key
+}
 
 func (k redisKeys) nodeIndex() string          { return "{" + k.p + ":nodes}:index" }
 func (k redisKeys) nodePrefix() string         { return "{" + k.p + ":nodes}:n:" }

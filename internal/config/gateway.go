@@ -44,9 +44,12 @@ type Gateway struct {
 	SendQueue    int
 	InboxLimit   int
 	InboxTTL     time.Duration
-	DrainTimeout time.Duration
-	DrainRate    float64 // connections per second, 0 = no pacing
-	Warmup       time.Duration
+	// RoomHistoryLimit and RoomHistoryTTL bound a reliable room's history.
+	RoomHistoryLimit int
+	RoomHistoryTTL   time.Duration
+	DrainTimeout     time.Duration
+	DrainRate        float64 // connections per second, 0 = no pacing
+	Warmup           time.Duration
 
 	// Our own settings (not in the contract table).
 	TLSCertFile       string        // TLS on the listener: both or neither
@@ -132,6 +135,8 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Int(&c.SendQueue, "send-queue", 256, "per-connection outbound queue length (1 to 65536)")
 	s.Int(&c.InboxLimit, "inbox-limit", 100, "unacknowledged reliable messages kept per user (1 to 100000)")
 	s.Duration(&c.InboxTTL, "inbox-ttl", 24*time.Hour, "how long each unacknowledged reliable message is kept")
+	s.Int(&c.RoomHistoryLimit, "room-history-limit", 100, "messages kept per reliable room (1 to 100000)")
+	s.Duration(&c.RoomHistoryTTL, "room-history-ttl", 24*time.Hour, "how long each message of a reliable room is kept")
 	s.Duration(&c.DrainTimeout, "drain-timeout", 2*time.Minute, "how long a draining node waits for clients before closing the rest")
 	s.Float(&c.DrainRate, "drain-rate", 500, "connections per second a draining node redirects (0 = all at once)")
 	s.Duration(&c.Warmup, "warmup", 0, "time a new node spends warming with a rising weight before active")

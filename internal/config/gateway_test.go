@@ -38,6 +38,8 @@ var contractDefaults = map[string]string{
 	"WSGATE_SEND_QUEUE":            "256",
 	"WSGATE_INBOX_LIMIT":           "100",
 	"WSGATE_INBOX_TTL":             "24h",
+	"WSGATE_ROOM_HISTORY_LIMIT":    "100",
+	"WSGATE_ROOM_HISTORY_TTL":      "24h",
 	"WSGATE_DRAIN_TIMEOUT":         "2m",
 	"WSGATE_DRAIN_RATE":            "500",
 	"WSGATE_WARMUP":                "0s",
@@ -63,7 +65,7 @@ func TestGatewayDefaults(t *testing.T) {
 		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{},
 		MaxMessageBytes: 65536, DevicePolicy: "multi",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
-		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
+		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
 		DrainRate: 500, HeartbeatInterval: 2 * time.Second, LogLevel: "info",
 	}
 	if !reflect.DeepEqual(c, want) {

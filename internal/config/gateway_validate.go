@@ -53,6 +53,8 @@ func (c *Gateway) Validate() error {
 	v.intRange("send-queue", c.SendQueue, 1, MaxSendQueue)
 	v.intRange("inbox-limit", c.InboxLimit, 1, MaxInboxLimit)
 	v.positive("inbox-ttl", c.InboxTTL)
+	v.intRange("room-history-limit", c.RoomHistoryLimit, 1, MaxInboxLimit)
+	v.positive("room-history-ttl", c.RoomHistoryTTL)
 	v.positive("drain-timeout", c.DrainTimeout)
 	v.rate("drain-rate", c.DrainRate)
 	v.notNegativeDur("warmup", c.Warmup)

@@ -88,6 +88,7 @@ func TestGatewayValidate(t *testing.T) {
 		{"inbox limit zero", func(c *Gateway) { c.InboxLimit = 0 }, "WSGATE_INBOX_LIMIT (0) must be between 1 and 100000"},
 		{"inbox limit big", func(c *Gateway) { c.InboxLimit = 100001 }, "WSGATE_INBOX_LIMIT (100001) must be between 1 and 100000"},
 		{"inbox ttl", func(c *Gateway) { c.InboxTTL = 0 }, "WSGATE_INBOX_TTL (0s) must be positive"},
+		{"room history ttl", func(c *Gateway) { c.RoomHistoryTTL = 0 }, "WSGATE_ROOM_HISTORY_TTL (0s) must be positive"},
 		{"drain timeout", func(c *Gateway) { c.DrainTimeout = 0 }, "WSGATE_DRAIN_TIMEOUT (0s) must be positive"},
 		{"drain rate negative", func(c *Gateway) { c.DrainRate = -1 }, "WSGATE_DRAIN_RATE (-1) must not be negative"},
 		{"drain rate zero", func(c *Gateway) { c.DrainRate = 0 }, ""},

@@ -396,7 +396,7 @@ func (n *Node) establishOwn(fd int, tok netpoll.Token, a admission, resp, initia
 	c.token = tok
 	c.outq = [][]byte{resp}
 	c.preamble = true
-	n.establish(c, a.ip, a.since, a.hasSince, initial)
+	n.establish(c, a.ip, a.since, a.hasSince, a.roomSince, initial)
 }
 
 func (h *hsConn) markDoneLocked() {

@@ -45,6 +45,7 @@ func (n *Node) routes() *http.ServeMux {
 	api("PUT /api/v1/rooms/{room}/members/{user}", n.apiJoin)
 	api("DELETE /api/v1/rooms/{room}/members/{user}", n.apiLeave)
 	api("GET /api/v1/rooms/{room}/members", n.apiMembers)
+	api("GET /api/v1/rooms/{room}/history", n.apiHistory)
 	api("GET /api/v1/users/{user}/presence", n.apiPresence)
 	api("POST /api/v1/users/{user}/disconnect", n.apiDisconnect)
 	api("GET /api/v1/nodes", n.apiNodes)

@@ -37,7 +37,7 @@ func TestAPIBadBodiesGetClearErrors(t *testing.T) {
 		{`[1]`, 400, "JSON object"},
 		{`{"target":{"type":"planet","id":"x"}}`, 400, "target.type"},
 		{`{"target":{"type":"user","id":"u"},"class":"urgent"}`, 400, "class"},
-		{`{"target":{"type":"room","id":"r"},"reliable":true}`, 400, "reliable"},
+		{`{"target":{"type":"broadcast"},"reliable":true}`, 400, "reliable"},
 		{`{"target":{"type":"user","id":""}}`, 400, "target.id"},
 		{`{"target":"user:u"}`, 400, "object"},
 		{`{"event":"e"}`, 400, "target is required"},

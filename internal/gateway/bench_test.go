@@ -164,3 +164,80 @@ func BenchmarkHandshakeChecks(b *testing.B) {
 		n.release(&a)
 	}
 }
+
+// attachSinks adds k open connections whose writes go to /dev/null (one
+// descriptor each, not polled: a write there never blocks), for fan-outs
+// larger than socket pairs allow under the descriptor limit.
+func attachSinks(b *testing.B, n *Node, k int) {
+	null, err := unix.Open("/dev/null", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(null)
+	for i := 0; i < k; i++ {
+		fd, err := unix.Dup(null)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n.hub.add(&conn{n: n, fd: fd, idSeq: n.idSeq.Add(1), user: fmt.Sprint("u", i), state: stOpen, lastRead: time.Now().Unix(), nextPing: time.Now().Add(time.Hour).Unix()})
+	}
+}
+
+// BenchmarkRoomPublish measures an API publish to a room of 15,000 members
+// connected to this node (their writes go to /dev/null: the descriptor
+// limit allows no 15,000 socket pairs), on a real Redis, reliable and
+// not: the cost of the whole publish, the backend step and the
+// encode-once fan-out to every member with its writes. At most 4
+// publishes are in flight. The ratio of the two is what
+// docs/performance.md reports.
+func BenchmarkRoomPublish(b *testing.B) {
+	const members = 15000
+	for _, reliable := range []bool{false, true} {
+		b.Run(fmt.Sprintf("members=%d/reliable=%v", members, reliable), func(b *testing.B) {
+			srv := redistest.Standalone(b, redistest.Options{})
+			r, err := cluster.NewRedis(context.Background(), cluster.RedisOptions{URL: srv.URL(), Prefix: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := benchNode(b, r)
+			attachSinks(b, n, members)
+			for i := range members {
+				n.hub.join(fmt.Sprint("u", i), "big")
+			}
+			n.declareInterest([]string{"big"})
+			conns := n.hub.roomConns("big")
+			if len(conns) != members {
+				b.Fatalf("%d members connected, want %d", len(conns), members)
+			}
+			drained := func() {
+				for _, c := range conns {
+					for {
+						c.mu.Lock()
+						idle := len(c.outq) == 0 && len(c.wbuf) == 0 && !c.writing
+						c.mu.Unlock()
+						if idle {
+							break
+						}
+						time.Sleep(50 * time.Microsecond)
+					}
+				}
+			}
+			req := PublishRequest{Target: protocol.Target{Type: "room", ID: "big"}, Event: "e", Data: []byte(`{"p":101.25,"s":"ACME"}`), Reliable: reliable}
+			ctx := context.Background()
+			if _, err := n.Publish(ctx, req); err != nil { // warm: script loaded, streams started
+				b.Fatal(err)
+			}
+			drained()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := n.Publish(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+				if i%4 == 3 {
+					drained()
+				}
+			}
+			drained()
+		})
+	}
+}

@@ -23,6 +23,41 @@ const (
 	kindDone       = "done"  // answer to a request (kick or drain with a request id)
 )
 
+// busReliableRoom is the bus target type of a reliable room message (the
+// message's own target says "room"). A node of the version before
+// reliable rooms knows no such target type and delivers the message to
+// nobody, instead of taking its room seq for a user seq; plain room
+// messages keep the type "room", which every version reads (see
+// docs/reliability.md, rolling upgrades).
+const busReliableRoom = "rroom"
+
+// busTargetType is the bus target type of a message to a target of type t
+// with seq (reliable when > 0).
+func busTargetType(t string, seq int64) string {
+	if t == protocol.TargetRoom && seq > 0 {
+		return busReliableRoom
+	}
+	return t
+}
+
+// newBusDelivery is the delivery of a message read from the bus (or
+// routed to this node) with bus target type t: a reliable room message
+// follows its room's sequence, anything else as newDelivery.
+func newBusDelivery(t, id string, body []byte, cl class, seq, pubAt int64) *delivery {
+	if (t == busReliableRoom || t == protocol.TargetRoom) && seq > 0 {
+		return newRoomDelivery(body, cl, id, seq, pubAt)
+	}
+	return newDelivery(body, cl, seq, pubAt)
+}
+
+// busTarget is the target of a message with bus target type t.
+func busTarget(t, id string) protocol.Target {
+	if t == busReliableRoom {
+		t = protocol.TargetRoom
+	}
+	return protocol.Target{Type: t, ID: id}
+}
+
 type envelope struct {
 	Kind   string `json:"k"`
 	TType  string `json:"t,omitempty"`
@@ -150,6 +185,8 @@ func targetType(b []byte) string {
 		return protocol.TargetRoom
 	case protocol.TargetBroadcast:
 		return protocol.TargetBroadcast
+	case busReliableRoom:
+		return busReliableRoom
 	}
 	return string(b)
 }
@@ -188,7 +225,7 @@ func (n *Node) onBus(payload []byte) {
 		if n.loseBus != nil && n.loseBus(e.Seq) {
 			return
 		}
-		n.deliverLocal(protocol.Target{Type: e.TType, ID: e.TID}, newDelivery(body, class(e.Class), e.Seq, e.PubAt))
+		n.deliverLocal(busTarget(e.TType, e.TID), newBusDelivery(e.TType, e.TID, body, class(e.Class), e.Seq, e.PubAt))
 	case kindMessages:
 		for len(body) > 0 {
 			rec, rest, ok := nextRecord(body)
@@ -197,7 +234,7 @@ func (n *Node) onBus(payload []byte) {
 				return
 			}
 			if n.loseBus == nil || !n.loseBus(rec.seq) {
-				n.deliverLocal(rec.target, newDelivery(rec.body, rec.class, rec.seq, rec.pubAt))
+				n.deliverLocal(busTarget(rec.target.Type, rec.target.ID), newBusDelivery(rec.target.Type, rec.target.ID, rec.body, rec.class, rec.seq, rec.pubAt))
 			}
 			body = rest
 		}
@@ -244,6 +281,7 @@ func (n *Node) applyMembership(user, room string, join bool) {
 	if n.hub.leave(user, room) {
 		n.goFunc(func() { n.dropInterest([]string{room}) })
 	}
+	n.forgetRoom(user, room)
 }
 
 // declareInterest and dropInterest write this node's room interest. They
@@ -374,7 +412,52 @@ func (n *Node) catchUpBehindOnce() error {
 				wg.Add(1)
 				go func() {
 					defer func() { <-sem; wg.Done() }()
-					c.resync()
+					c.resync(nil)
+				}()
+			}
+		}
+	}
+	return n.roomsBehindOnce(sem, &wg)
+}
+
+// roomsBehindOnce is catchUpBehindOnce for the reliable rooms with local
+// members: their seqs in one pipelined step per chunk, and the streams of
+// the member connections behind them catch up from the room's history.
+func (n *Node) roomsBehindOnce(sem chan struct{}, wg *sync.WaitGroup) error {
+	rooms := n.hub.localRooms()
+	const chunk = 1000
+	for len(rooms) > 0 && n.ctx.Err() == nil {
+		part := rooms[:min(chunk, len(rooms))]
+		rooms = rooms[len(part):]
+		ctx, cancel := n.bctx(n.ctx)
+		start := time.Now()
+		seqs, err := n.backend.RoomSeqs(ctx, part)
+		n.observe("room_seqs", start, err)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for i, room := range part {
+			if seqs[i] == 0 {
+				continue
+			}
+			for _, c := range n.hub.roomConns(room) {
+				c.mu.Lock()
+				var s *stream
+				if c.state == stOpen && c.x != nil {
+					if rs := c.x.rooms[room]; rs != nil && rs.last < seqs[i] {
+						s = rs
+					}
+				}
+				c.mu.Unlock()
+				if s == nil {
+					continue
+				}
+				sem <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					c.resync(s)
 				}()
 			}
 		}

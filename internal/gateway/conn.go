@@ -152,15 +152,27 @@ type fragment struct {
 // connExtra holds what only a busy or unusual connection needs; under mu.
 type connExtra struct {
 	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
-	held []*delivery             // live deliveries held while resuming or catching up, in arrival order
+	held []*delivery             // live deliveries held while resuming, in arrival order
 
-	// Catch-up mode (see catchUp in deliver.go).
-	catchUp  bool                   // a catch-up goroutine is filling the reliable sequence
-	needRead bool                   // a reliable message is missing: read the inbox
+	inbox stream             // the user's inbox (its position is conn.lastSeq)
+	rooms map[string]*stream // the reliable rooms the connection follows, by name
+
+	room chan struct{} // closed when the queue drains (a catch-up waits for room)
+}
+
+// stream is one reliable sequence of a connection: the user's inbox or a
+// reliable room. Each has its own position and its own catch-up (see
+// catchUp in deliver.go); under mu.
+type stream struct {
+	room string // "" for the inbox
+	last int64  // a room's position: the highest seq queued (the inbox's is conn.lastSeq)
+
+	catchUp  bool                   // a catch-up goroutine is filling the sequence
+	needRead bool                   // a message is missing: read the inbox or history
 	since    int64                  // Unix s catch-up began (the sweep bounds it)
-	readTo   int64                  // inbox last seq at the last read: every seq up to it was read, reported as a gap or acknowledged
-	pending  []cluster.InboxMessage // read from the inbox, not queued yet
-	room     chan struct{}          // closed when the queue drains (a catch-up waits for room)
+	readTo   int64                  // last seq at the last read: every seq up to it was read, reported as a gap or acknowledged
+	pending  []cluster.InboxMessage // read, not queued yet
+	held     []*delivery            // live messages held while catching up, in arrival order
 }
 
 func (c *conn) extra() *connExtra {
@@ -412,9 +424,7 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 	c.closingSince = time.Now().Unix()
 	c.n.metrics.Closes.WithLabelValues(closeLabel(code)).Inc()
 	c.outq = append(c.outq, wsframe.CloseFrame(code, reason))
-	if c.x != nil {
-		c.x.held, c.x.pending = nil, nil
-	}
+	c.dropHeldLocked()
 	c.wakeCatchUpLocked()
 	c.logger().Info("closing connection", "code", code, "reason", reason)
 	if wasResuming || (!c.writing && !c.waitOut) {
@@ -445,9 +455,7 @@ func (c *conn) teardownLocked(why string) {
 		unix.Close(c.fd)
 	}
 	c.outq, c.wbuf, c.lat = nil, nil, nil
-	if c.x != nil {
-		c.x.held, c.x.pending = nil, nil // queued acks (inq) still run: see runInbound
-	}
+	c.dropHeldLocked() // queued acks (inq) still run: see runInbound
 	c.wakeCatchUpLocked()
 	c.logger().Debug("connection ended", "why", why)
 	// Everything else outside the lock, off this goroutine.

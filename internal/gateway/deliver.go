@@ -18,7 +18,8 @@ type delivery struct {
 	msgJSON []byte // the message object in JSON
 	class   class
 	seq     int64
-	pubAt   int64 // Unix ns of the publish, for the latency histogram
+	room    string // a reliable room message: seq is the room's ("" for the inbox)
+	pubAt   int64  // Unix ns of the publish, for the latency histogram
 
 	textOnce sync.Once
 	text     []byte
@@ -28,6 +29,11 @@ type delivery struct {
 
 func newDelivery(msgJSON []byte, cl class, seq, pubAt int64) *delivery {
 	return &delivery{msgJSON: msgJSON, class: cl, seq: seq, pubAt: pubAt}
+}
+
+// newRoomDelivery is a reliable room message with the room's seq.
+func newRoomDelivery(msgJSON []byte, cl class, room string, seq, pubAt int64) *delivery {
+	return &delivery{msgJSON: msgJSON, class: cl, seq: seq, room: room, pubAt: pubAt}
 }
 
 // frame returns the WebSocket frame for format f, or nil if the message
@@ -119,16 +125,17 @@ func (c *conn) deliver(d *delivery) {
 // deliverLocked queues d and returns true when a (non-reliable) notify
 // message must wait for room.
 //
-// Reliable messages follow the connection's position, lastSeq: the
-// highest seq actually queued for the socket, which nothing else moves. A
-// seq at or below it is a duplicate (replay and live overlap, two routes)
-// and is dropped; lastSeq+1 is queued if the queue has room. Anything else
-// (a seq beyond lastSeq+1: a message still on its way or lost by the bus;
-// a full queue, whatever the class) puts the connection into catch-up
-// mode, which holds the later live messages and fills the sequence in
-// order (catchUp). Only a chat message that finds the queue full closes
-// the connection instead (4008: resume brings the rest), as the class
-// says (contract 4.5).
+// Reliable messages follow their stream's position (the user's inbox, or
+// the reliable room the message belongs to): the highest seq of that
+// stream actually queued for the socket, which nothing else moves. A seq
+// at or below it is a duplicate (replay and live overlap, two routes) and
+// is dropped; position+1 is queued if the queue has room. Anything else
+// (a seq beyond position+1: a message still on its way or lost by the
+// bus; a full queue, whatever the class) puts the stream into catch-up
+// mode, which holds the stream's later live messages and fills its
+// sequence in order (catchUp). Only a chat message that finds the queue
+// full closes the connection instead (4008: resume brings the rest), as
+// the class says (contract 4.5).
 func (c *conn) deliverLocked(d *delivery) bool {
 	switch c.state {
 	case stResuming:
@@ -141,19 +148,26 @@ func (c *conn) deliverLocked(d *delivery) bool {
 	if d.seq == 0 {
 		return c.queueLiveLocked(d)
 	}
-	if c.x != nil && c.x.catchUp {
-		c.holdLocked(d)
+	var s *stream // nil: the inbox of a connection never caught up
+	if d.room != "" {
+		s = c.roomStreamLocked(d.room, d.seq-1)
+	} else if c.x != nil {
+		s = &c.x.inbox
+	}
+	if s != nil && s.catchUp {
+		c.holdLocked(s, d)
 		return false
 	}
-	if d.seq <= c.lastSeq {
+	pos := c.posLocked(s)
+	if d.seq <= *pos {
 		return false
 	}
-	if d.seq > c.lastSeq+1 {
-		c.startCatchUpLocked(d, true)
+	if d.seq > *pos+1 {
+		c.startCatchUpLocked(c.orInbox(s), d, true)
 		return false
 	}
 	if c.roomLocked() {
-		c.queueReliableLocked(d)
+		c.queueReliableLocked(s, d)
 		c.kickLocked()
 		return false
 	}
@@ -170,8 +184,109 @@ func (c *conn) deliverLocked(d *delivery) bool {
 	}
 	// The live delivery is skipped, not the message: catch-up queues it
 	// once there is room, before anything later.
-	c.startCatchUpLocked(d, false)
+	c.startCatchUpLocked(c.orInbox(s), d, false)
 	return false
+}
+
+// posLocked is the position of stream s (nil: the inbox).
+func (c *conn) posLocked(s *stream) *int64 {
+	if s == nil || s.room == "" {
+		return &c.lastSeq
+	}
+	return &s.last
+}
+
+// orInbox is s, or the inbox stream when s is nil.
+func (c *conn) orInbox(s *stream) *stream {
+	if s == nil {
+		return &c.extra().inbox
+	}
+	return s
+}
+
+// roomStreamLocked returns the connection's stream of a reliable room,
+// starting it at base when the connection did not follow the room yet (a
+// membership that came after the connect: its first message is where it
+// starts).
+func (c *conn) roomStreamLocked(room string, base int64) *stream {
+	x := c.extra()
+	s := x.rooms[room]
+	if s == nil {
+		if x.rooms == nil {
+			x.rooms = map[string]*stream{}
+		}
+		s = &stream{room: room, last: max(base, 0)}
+		x.rooms[room] = s
+	}
+	return s
+}
+
+// name is the stream's room ("" for the inbox; s may be nil).
+func (s *stream) name() string {
+	if s == nil {
+		return ""
+	}
+	return s.room
+}
+
+// resyncRooms reads every reliable room the connection follows from its
+// position (after the backend came back: bus messages may be lost).
+func (c *conn) resyncRooms() {
+	c.mu.Lock()
+	var rooms []*stream
+	if c.x != nil {
+		for _, s := range c.x.rooms {
+			rooms = append(rooms, s)
+		}
+	}
+	c.mu.Unlock()
+	for _, s := range rooms {
+		c.resync(s)
+	}
+}
+
+// forgetRoomLocked stops following a room the user left: a later join
+// starts from the room's position then, not from this one.
+func (c *conn) forgetRoomLocked(room string) {
+	if c.x == nil {
+		return
+	}
+	if s := c.x.rooms[room]; s != nil && !s.catchUp {
+		delete(c.x.rooms, room)
+	}
+}
+
+// streamsLocked calls fn for each stream of the connection.
+func (c *conn) streamsLocked(fn func(s *stream)) {
+	if c.x == nil {
+		return
+	}
+	fn(&c.x.inbox)
+	for _, s := range c.x.rooms {
+		fn(s)
+	}
+}
+
+// dropHeldLocked forgets every held and pending message (the connection
+// closes: resume brings them).
+func (c *conn) dropHeldLocked() {
+	if c.x == nil {
+		return
+	}
+	c.x.held = nil
+	c.streamsLocked(func(s *stream) { s.held, s.pending = nil, nil })
+}
+
+// catchUpAgeLocked is how long (seconds) the oldest running catch-up of
+// the connection has lasted, 0 when none runs.
+func (c *conn) catchUpAgeLocked(now int64) int64 {
+	var age int64
+	c.streamsLocked(func(s *stream) {
+		if s.catchUp {
+			age = max(age, now-s.since)
+		}
+	})
+	return age
 }
 
 // queueLiveLocked queues non-reliable d under the class rules; it returns
@@ -199,11 +314,11 @@ func (c *conn) roomLocked() bool {
 	return len(c.outq) < c.n.cfg.SendQueue
 }
 
-// queueReliableLocked queues reliable d, next in sequence, and moves the
-// connection's position to it. A message that cannot be expressed in the
-// connection's format is skipped (counted).
-func (c *conn) queueReliableLocked(d *delivery) {
-	c.lastSeq = d.seq
+// queueReliableLocked queues reliable d, next in its stream s (nil: the
+// inbox), and moves the stream's position to it. A message that cannot be
+// expressed in the connection's format is skipped (counted).
+func (c *conn) queueReliableLocked(s *stream, d *delivery) {
+	*c.posLocked(s) = d.seq
 	fr := d.frame(c.format)
 	if fr == nil {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
@@ -238,62 +353,64 @@ func (c *conn) waitNotify(d *delivery) {
 	c.n.metrics.Dropped.WithLabelValues(metrics.DropNotifyWait).Inc()
 }
 
-// Catch-up bounds. A connection stays in catch-up mode at most
-// catchUpMax (checked by the sweep) and holds at most heldMax live
-// messages meanwhile; beyond either it is closed with 4008, and resume
-// brings the rest from the inbox.
+// Catch-up bounds. A stream stays in catch-up mode at most catchUpMax
+// (checked by the sweep) and holds at most heldMax live messages
+// meanwhile; beyond either the connection is closed with 4008, and resume
+// brings the rest from the inbox or the room's history.
 const catchUpMax = 5 // seconds
 
-func (c *conn) heldMax() int { return c.n.cfg.SendQueue + c.n.cfg.InboxLimit }
+func (c *conn) heldMax(s *stream) int {
+	if s.room != "" {
+		return c.n.cfg.SendQueue + c.n.cfg.RoomHistoryLimit
+	}
+	return c.n.cfg.SendQueue + c.n.cfg.InboxLimit
+}
 
-// holdLocked keeps a live reliable message for the running catch-up.
-func (c *conn) holdLocked(d *delivery) {
-	x := c.x
-	if len(x.held) >= c.heldMax() {
+// holdLocked keeps a live reliable message for the running catch-up of s.
+func (c *conn) holdLocked(s *stream, d *delivery) {
+	if len(s.held) >= c.heldMax(s) {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()
 		c.closeLocked(protocol.CloseSlowConsumer)
 		return
 	}
-	x.held = append(x.held, d)
+	s.held = append(s.held, d)
 }
 
-// startCatchUpLocked enters catch-up mode with d held; hole is true when
-// messages before d are missing and must be read from the inbox.
-func (c *conn) startCatchUpLocked(d *delivery, hole bool) {
-	x := c.extra()
+// startCatchUpLocked enters catch-up mode on s with d held; hole is true
+// when messages before d are missing and must be read.
+func (c *conn) startCatchUpLocked(s *stream, d *delivery, hole bool) {
 	if d != nil {
-		x.held = append(x.held, d)
+		s.held = append(s.held, d)
 	}
-	x.needRead = x.needRead || hole
-	if x.catchUp {
+	s.needRead = s.needRead || hole
+	if s.catchUp {
 		return
 	}
-	x.catchUp = true
-	x.since = time.Now().Unix()
-	go c.catchUp()
+	s.catchUp = true
+	s.since = time.Now().Unix()
+	go c.catchUp(s)
 }
 
-// catchUp fills the connection's reliable sequence: it reads the inbox
-// from the connection's position when something is missing (retrying
-// while the backend fails), queues the missing messages in order as the
-// queue has room (waiting for the client to drain rather than piling
-// replays onto the queue), sends a gap frame for what the inbox trimmed,
-// then releases the live messages held meanwhile, reading again if a hole
-// is still there. It ends when the sequence is whole and nothing is held,
-// or when the connection closes (the sweep closes it with 4008 after
-// catchUpMax).
-func (c *conn) catchUp() {
+// catchUp fills stream s: it reads the inbox or the room's history from
+// the stream's position when something is missing (retrying while the
+// backend fails), queues the missing messages in order as the queue has
+// room (waiting for the client to drain rather than piling replays onto
+// the queue), sends a gap frame for what was trimmed, then releases the
+// live messages held meanwhile, reading again if a hole is still there.
+// It ends when the sequence is whole and nothing is held, or when the
+// connection closes (the sweep closes it with 4008 after catchUpMax).
+func (c *conn) catchUp(s *stream) {
 	delay := 50 * time.Millisecond
 	for {
 		c.mu.Lock()
-		if c.state >= stClosing || c.x == nil || !c.x.catchUp {
+		if c.state >= stClosing || !s.catchUp {
 			c.mu.Unlock()
 			return
 		}
-		switch c.advanceLocked() {
+		switch c.advanceLocked(s) {
 		case stepDone:
-			c.x.catchUp, c.x.since = false, 0
-			c.x.held, c.x.pending = nil, nil
+			s.catchUp, s.since = false, 0
+			s.held, s.pending = nil, nil
 			c.mu.Unlock()
 			return
 		case stepRoom:
@@ -311,13 +428,11 @@ func (c *conn) catchUp() {
 			continue
 		}
 		// stepRead
-		since := c.lastSeq
+		since := *c.posLocked(s)
 		c.mu.Unlock()
-		ctx, cancel := c.n.bctx(c.n.ctx)
-		rd, err := c.n.backend.ReadInbox(ctx, c.user, since, c.n.inboxOpts())
-		cancel()
+		rd, err := c.n.readStream(c.user, s.room, since)
 		if err != nil {
-			c.logger().Info("inbox catch-up failed; retrying", "err", err, "in", delay)
+			c.logger().Info("catch-up read failed; retrying", "room", s.room, "err", err, "in", delay)
 			select {
 			case <-time.After(delay):
 			case <-c.n.ctx.Done():
@@ -328,30 +443,55 @@ func (c *conn) catchUp() {
 		}
 		delay = 50 * time.Millisecond
 		c.mu.Lock()
-		if c.state < stClosing && c.x != nil && c.x.catchUp && c.lastSeq == since {
-			c.applyReadLocked(rd)
+		if c.state < stClosing && s.catchUp && *c.posLocked(s) == since {
+			c.applyReadLocked(s, rd)
 		}
 		c.mu.Unlock()
 	}
 }
 
-// applyReadLocked takes an inbox read made from lastSeq: a gap frame for
-// what was trimmed, a jump over what another connection of the user
+// readStream reads a stream after since: the user's inbox, or a room's
+// history.
+func (n *Node) readStream(user, room string, since int64) (cluster.InboxRead, error) {
+	ctx, cancel := n.bctx(n.ctx)
+	defer cancel()
+	if room == "" {
+		return n.backend.ReadInbox(ctx, user, since, n.inboxOpts())
+	}
+	return n.backend.ReadRoom(ctx, room, since, 0, n.historyOpts())
+}
+
+// gapFrameLocked is the gap frame of stream s for from..to.
+func (c *conn) gapFrameLocked(s *stream, from, to int64) []byte {
+	g := protocol.Gap{Type: protocol.TypeGap, From: from, To: to, Missed: to - from + 1}
+	if s.name() != "" {
+		g.Target = &protocol.Target{Type: protocol.TargetRoom, ID: s.room}
+	}
+	b, _ := protocol.Encode(c.format, g)
+	return c.dataFrame(b)
+}
+
+// applyReadLocked takes a read made from the position of s: a gap frame
+// for what was trimmed, a jump over what another connection of the user
 // acknowledged (gone from the inbox), and the messages still to queue.
-func (c *conn) applyReadLocked(rd cluster.InboxRead) {
-	x := c.x
-	if rd.GapFrom > 0 && rd.GapTo >= rd.GapFrom && rd.GapTo > c.lastSeq {
-		from := max(rd.GapFrom, c.lastSeq+1)
-		gap, _ := protocol.Encode(c.format, protocol.Gap{Type: protocol.TypeGap, From: from, To: rd.GapTo, Missed: rd.GapTo - from + 1})
-		c.outq = append(c.outq, c.dataFrame(gap))
-		c.lastSeq = rd.GapTo
+func (c *conn) applyReadLocked(s *stream, rd cluster.InboxRead) {
+	pos := c.posLocked(s)
+	if s.room != "" && rd.LastSeq < *pos {
+		// Above the room's seq (a join since beyond it, or the history
+		// was lost): the room's seq is the base now (contract 12).
+		*pos = rd.LastSeq
 	}
-	if len(rd.Messages) == 0 || rd.Messages[0].Seq > c.lastSeq+1 {
-		c.lastSeq = max(c.lastSeq, rd.Acked)
+	if rd.GapFrom > 0 && rd.GapTo >= rd.GapFrom && rd.GapTo > *pos {
+		from := max(rd.GapFrom, *pos+1)
+		c.outq = append(c.outq, c.gapFrameLocked(s, from, rd.GapTo))
+		*pos = rd.GapTo
 	}
-	x.pending = rd.Messages
-	x.readTo = max(x.readTo, rd.LastSeq)
-	x.needRead = false
+	if len(rd.Messages) == 0 || rd.Messages[0].Seq > *pos+1 {
+		*pos = max(*pos, rd.Acked)
+	}
+	s.pending = rd.Messages
+	s.readTo = max(s.readTo, rd.LastSeq)
+	s.needRead = false
 	c.kickLocked()
 }
 
@@ -360,85 +500,77 @@ type catchUpStep uint8
 const (
 	stepDone catchUpStep = iota // the sequence is whole and nothing is held
 	stepRoom                    // the queue is full: wait for the client
-	stepRead                    // a message is missing: read the inbox
+	stepRead                    // a message is missing: read the inbox or history
 )
 
-// advanceLocked queues, in seq order, what catch-up has: the messages read
-// from the inbox, then the live messages held, as far as the queue has
-// room and the sequence has no hole.
-func (c *conn) advanceLocked() catchUpStep {
-	x := c.x
+// advanceLocked queues, in seq order, what the catch-up of s has: the
+// messages read, then the live messages held, as far as the queue has room
+// and the sequence has no hole.
+func (c *conn) advanceLocked(s *stream) catchUpStep {
 	defer c.kickLocked()
-	for len(x.pending) > 0 {
-		m := x.pending[0]
-		if m.Seq <= c.lastSeq {
-			x.pending = x.pending[1:]
+	pos := c.posLocked(s)
+	for len(s.pending) > 0 {
+		m := s.pending[0]
+		if m.Seq <= *pos {
+			s.pending = s.pending[1:]
 			continue
 		}
 		if !c.roomLocked() {
 			return stepRoom
 		}
-		x.pending = x.pending[1:]
-		c.queueInboxLocked(m)
+		s.pending = s.pending[1:]
+		c.queueStoredLocked(s, m)
 	}
-	x.pending = nil
-	for len(x.held) > 0 {
-		d := x.held[0]
-		if d.seq == 0 {
-			// Held while resuming: the class rules apply as usual.
-			x.held = x.held[1:]
-			if c.queueLiveLocked(d) {
-				go c.waitNotify(d)
-			}
+	s.pending = nil
+	for len(s.held) > 0 {
+		d := s.held[0]
+		if d.seq <= *pos {
+			s.held = s.held[1:]
 			continue
 		}
-		if d.seq <= c.lastSeq {
-			x.held = x.held[1:]
-			continue
-		}
-		if d.seq > c.lastSeq+1 {
-			if d.seq-1 > x.readTo {
+		if d.seq > *pos+1 {
+			if d.seq-1 > s.readTo {
 				return stepRead
 			}
 			// Read past already: the missing ones were acknowledged by
 			// another connection of the user and left the inbox.
-			c.lastSeq = d.seq - 1
+			*pos = d.seq - 1
 		}
 		if !c.roomLocked() {
 			return stepRoom
 		}
-		x.held = x.held[1:]
-		c.queueReliableLocked(d)
+		s.held = s.held[1:]
+		c.queueReliableLocked(s, d)
 	}
-	x.held = nil
-	if x.needRead {
+	s.held = nil
+	if s.needRead {
 		return stepRead
 	}
 	return stepDone
 }
 
-// resync reads the inbox from the connection's position and queues what
-// is missing, as a catch-up does, and returns when that catch-up ended (or
-// at once when one is running: it reads too).
-func (c *conn) resync() {
+// resync reads stream s (nil: the inbox) from the connection's position
+// and queues what is missing, as a catch-up does, and returns when that
+// catch-up ended (or at once when one is running: it reads too).
+func (c *conn) resync(s *stream) {
 	c.mu.Lock()
 	if c.state != stOpen {
 		c.mu.Unlock()
 		return
 	}
-	x := c.extra()
-	x.needRead = true
-	if x.catchUp {
+	s = c.orInbox(s)
+	s.needRead = true
+	if s.catchUp {
 		c.mu.Unlock()
 		return
 	}
-	x.catchUp, x.since = true, time.Now().Unix()
+	s.catchUp, s.since = true, time.Now().Unix()
 	c.mu.Unlock()
-	c.catchUp()
+	c.catchUp(s)
 }
 
-// wakeCatchUpLocked lets a catch-up waiting for room go on: called when
-// the queue drained and when the connection closes.
+// wakeCatchUpLocked lets the catch-ups waiting for room go on: called
+// when the queue drained and when the connection closes.
 func (c *conn) wakeCatchUpLocked() {
 	if c.x != nil && c.x.room != nil {
 		close(c.x.room)
@@ -447,43 +579,62 @@ func (c *conn) wakeCatchUpLocked() {
 }
 
 // releaseLocked goes on after a resume: the live messages held while it
-// ran are queued in order through catch-up, which also fills any hole
-// they show.
+// ran are queued in order, each reliable one through its stream's
+// catch-up, which also fills any hole they show.
 func (c *conn) releaseLocked(held []*delivery) {
-	if len(held) == 0 {
-		return
+	var touched []*stream
+	for _, d := range held {
+		if d.seq == 0 {
+			// The class rules apply as usual.
+			if c.queueLiveLocked(d) {
+				go c.waitNotify(d)
+			}
+			continue
+		}
+		s := &c.extra().inbox
+		if d.room != "" {
+			s = c.roomStreamLocked(d.room, d.seq-1)
+		}
+		if len(s.held) == 0 && !s.catchUp {
+			touched = append(touched, s)
+		}
+		s.held = append(s.held, d)
 	}
-	x := c.extra()
-	x.held = append(held, x.held...)
-	if x.catchUp {
-		return
+	for _, s := range touched {
+		if c.advanceLocked(s) != stepDone {
+			c.startCatchUpLocked(s, nil, false)
+			continue
+		}
+		s.held = nil
 	}
-	if c.advanceLocked() != stepDone {
-		c.startCatchUpLocked(nil, false)
-		return
-	}
-	x.held = nil
 }
 
-// queueInboxLocked queues one replayed inbox message above lastSeq.
-func (c *conn) queueInboxLocked(m cluster.InboxMessage) {
+// queueStoredLocked queues one message read from the inbox or a room's
+// history, above the position of s.
+func (c *conn) queueStoredLocked(s *stream, m cluster.InboxMessage) {
 	fr, err := c.n.inboxFrame(c.format, m)
-	c.lastSeq = m.Seq
+	*c.posLocked(s) = m.Seq
 	if err != nil {
-		c.logger().Warn("unreadable inbox message skipped", "seq", m.Seq, "err", err)
+		c.logger().Warn("unreadable stored message skipped", "room", s.name(), "seq", m.Seq, "err", err)
 		return
 	}
 	c.outq = append(c.outq, fr)
 	c.n.metrics.Delivered.Inc()
 }
 
-// queueReplayLocked queues the replay of a resume: every message above
-// lastSeq. Replays are bounded by the inbox limit, so they may exceed the
-// send queue.
-func (c *conn) queueReplayLocked(msgs []cluster.InboxMessage) {
-	for _, m := range msgs {
-		if m.Seq > c.lastSeq {
-			c.queueInboxLocked(m)
+// queueReplayLocked queues the replay of a resume of stream s: a gap
+// frame for what is gone after since, then every message above the
+// position. Replays are bounded by the inbox or history limit, so they
+// may exceed the send queue.
+func (c *conn) queueReplayLocked(s *stream, since int64, rd cluster.InboxRead) {
+	if rd.GapFrom > 0 && rd.GapTo >= rd.GapFrom && rd.GapTo > since {
+		c.outq = append(c.outq, c.gapFrameLocked(s, max(rd.GapFrom, since+1), rd.GapTo))
+		pos := c.posLocked(s)
+		*pos = max(*pos, rd.GapTo)
+	}
+	for _, m := range rd.Messages {
+		if m.Seq > *c.posLocked(s) {
+			c.queueStoredLocked(s, m)
 		}
 	}
 	c.kickLocked()
@@ -508,4 +659,9 @@ func (n *Node) inboxFrame(f protocol.Format, m cluster.InboxMessage) ([]byte, er
 
 func (n *Node) inboxOpts() cluster.InboxOptions {
 	return cluster.InboxOptions{Limit: n.cfg.InboxLimit, TTL: n.cfg.InboxTTL}
+}
+
+// historyOpts bound a reliable room's history.
+func (n *Node) historyOpts() cluster.InboxOptions {
+	return cluster.InboxOptions{Limit: n.cfg.RoomHistoryLimit, TTL: n.cfg.RoomHistoryTTL}
 }

@@ -88,6 +88,13 @@ func (c *rawConn) readSeqs(got *[]int64, upTo int64) int {
 // does, and returns what arrived, in arrival order, and the 4008 closes.
 func receiveAll(t *testing.T, n *testNode, c *rawConn, user string, upTo int64) (got []int64, resumes int) {
 	t.Helper()
+	return receiveAllResuming(t, n, c, user, upTo, func(since int64) string { return fmt.Sprintf("?since=%d", since) })
+}
+
+// receiveAllResuming is receiveAll with the resume query made by query
+// from the last seq received.
+func receiveAllResuming(t *testing.T, n *testNode, c *rawConn, user string, upTo int64, query func(since int64) string) (got []int64, resumes int) {
+	t.Helper()
 	for {
 		code := c.readSeqs(&got, upTo)
 		switch code {
@@ -102,7 +109,7 @@ func receiveAll(t *testing.T, n *testNode, c *rawConn, user string, upTo int64) 
 			if len(got) > 0 {
 				since = got[len(got)-1]
 			}
-			c = dialRaw(t, n.addr, user, fmt.Sprintf("?since=%d", since))
+			c = dialRaw(t, n.addr, user, query(since))
 		default:
 			t.Fatalf("read ended with %d after %d seqs (last %v)", code, len(got), got[max(0, len(got)-3):])
 		}

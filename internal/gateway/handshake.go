@@ -195,11 +195,12 @@ func peerIP(r *http.Request) string {
 // the per-IP connection limit until the connection takes it over or
 // release is called.
 type admission struct {
-	ip       string
-	claims   *auth.Claims
-	format   protocol.Format
-	since    int64
-	hasSince bool
+	ip        string
+	claims    *auth.Claims
+	format    protocol.Format
+	since     int64
+	hasSince  bool
+	roomSince map[string]int64 // room_since: reliable rooms to resume
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the
@@ -230,6 +231,9 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 			return a, refuseWith(http.StatusBadRequest, "bad_request", "since must be a non-negative integer, got "+strconv.Quote(s))
 		}
 		a.since, a.hasSince = v, true
+	}
+	if a.roomSince, err = parseRoomSince(req.query["room_since"], maxRoomSince); err != nil {
+		return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
 	}
 	if a.claims, err = n.authenticate(req); err != nil {
 		return a, refuseWith(http.StatusUnauthorized, "unauthorized", err.Error())
@@ -361,7 +365,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.log.Error("cannot take the socket into the event loop", "err", err)
 		return
 	}
-	n.establish(n.newConn(&a, fd, tlsc), a.ip, a.since, a.hasSince, initial)
+	n.establish(n.newConn(&a, fd, tlsc), a.ip, a.since, a.hasSince, a.roomSince, initial)
 }
 
 // authenticate verifies the token (or, in insecure mode, takes ?user=).
@@ -396,7 +400,7 @@ func (e errUnauthorized) Error() string { return string(e) }
 
 // establish registers the upgraded connection, sends welcome, the gap and
 // the replay, then the live messages held meanwhile, and starts reading.
-func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial []byte) {
+func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSince map[string]int64, initial []byte) {
 	n.hub.add(c)
 	ctx, cancel := n.bctx(n.hsCtx)
 	defer cancel()
@@ -449,26 +453,28 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 		}
 	}
 
+	// The reliable rooms, read after the room interest is declared: a
+	// room message appended later comes live (held until open).
+	rooms, err := n.resumeRooms(ctx, cr.Rooms, roomSince)
+	if err != nil {
+		fail("room history", err)
+		return
+	}
+
 	welcome, _ := protocol.Encode(c.format, protocol.Welcome{
 		Type: protocol.TypeWelcome, ConnID: c.connID(), Node: n.cfg.NodeID, User: c.user,
-		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq,
+		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq, Rooms: rooms.seqs,
 	})
 	c.mu.Lock()
 	if c.state != stResuming {
 		c.mu.Unlock()
 		return
 	}
-	frames := [][]byte{c.dataFrame(welcome)}
-	if rd.GapFrom > 0 && rd.GapTo >= rd.GapFrom && rd.GapTo > since {
-		from := max(rd.GapFrom, since+1)
-		gap, _ := protocol.Encode(c.format, protocol.Gap{Type: protocol.TypeGap, From: from, To: rd.GapTo, Missed: rd.GapTo - from + 1})
-		frames = append(frames, c.dataFrame(gap))
-	}
 	head := 0
 	if c.preamble { // the 101 answer stays first
 		head, c.preamble = 1, false
 	}
-	c.outq = slices.Concat(c.outq[:head], frames, c.outq[head:])
+	c.outq = slices.Insert(c.outq, head, c.dataFrame(welcome))
 	// A connection opened with since=N gets only seq > N, also when N is
 	// above anything assigned yet (contract 4.3). After a data loss the
 	// node lowers it (recoverConnections).
@@ -476,17 +482,19 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, initial
 	if hasSince {
 		base = since
 	}
-	c.lastSeq = max(base, rd.GapTo)
 	var held []*delivery
 	if c.x != nil {
 		held, c.x.held = c.x.held, nil
 	}
-	// Open, then queue the replay and what arrived live meanwhile. The
+	// Open, then queue the replays and what arrived live meanwhile. The
 	// socket of a new connection is writable: the welcome and the replay
 	// go out from here (a full queue is written inline, never taken for
 	// a slow client).
 	c.state = stOpen
-	c.queueReplayLocked(rd.Messages)
+	c.lastSeq = base
+	c.queueReplayLocked(nil, since, rd)
+	c.lastSeq = max(c.lastSeq, base, rd.GapTo)
+	rooms.queueLocked(c)
 	c.releaseLocked(held)
 	c.writeOutLocked()
 	c.kickLocked()

@@ -127,7 +127,8 @@ func (n *Node) recoverConnections(lost bool) {
 				}
 				c.mu.Unlock()
 			}
-			c.resync()
+			c.resync(nil)
+			c.resyncRooms()
 		})
 		if !started { // shutting down
 			<-sem

@@ -65,7 +65,11 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's rooms claim does not allow room "+cf.Room)
 			return
 		}
-		c.reply(cf.ID, c.n.JoinRoom(ctx, cf.Room, c.user), 0)
+		err := c.n.JoinRoom(ctx, cf.Room, c.user)
+		if err == nil {
+			err = c.followRoom(ctx, cf.Room, cf.Since)
+		}
+		c.reply(cf.ID, err, 0)
 	case protocol.TypeLeave:
 		c.reply(cf.ID, c.n.LeaveRoom(ctx, cf.Room, c.user), 0)
 	case protocol.TypePublish:

@@ -70,8 +70,8 @@ func (r *PublishRequest) Validate() (class, error) {
 	if !ok {
 		return 0, badRequest("class must be realtime, chat or notify, got %q", r.Class)
 	}
-	if r.Reliable && r.Target.Type != protocol.TargetUser {
-		return 0, badRequest("reliable is only for user targets in v1")
+	if r.Reliable && r.Target.Type == protocol.TargetBroadcast {
+		return 0, badRequest("reliable is for user and room targets, not broadcast")
 	}
 	if len(r.Event) > protocol.MaxNameBytes {
 		return 0, badRequest("event is longer than %d bytes", protocol.MaxNameBytes)
@@ -216,6 +216,22 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 		nodes := routeNodes(routes)
 		n.route(ctx, nodes, &msg, cl, now)
 	case protocol.TargetRoom:
+		if r.Reliable {
+			// One step: the room's next seq, the history and its trim,
+			// and the room's nodes (cluster.Backend.AppendRooms).
+			start := time.Now()
+			o := n.backend.AppendRooms(ctx, []cluster.RoomAppend{{Room: r.Target.ID, Payload: protocol.AppendMessageJSON(nil, &msg), Key: r.IdempotencyKey}}, n.historyOpts())[0]
+			n.observe("publish", start, o.Err)
+			if o.Err != nil {
+				return PublishResult{}, unavailable("room history append", o.Err)
+			}
+			if !o.Existing {
+				n.metrics.RoomHistory.Inc()
+			}
+			msg.Seq, res.Seq = o.Seq, o.Seq
+			n.route(ctx, o.Nodes, &msg, cl, now)
+			break
+		}
 		start := time.Now()
 		nodes, err := n.backend.RoomNodes(ctx, r.Target.ID)
 		n.observe("rooms", start, err)
@@ -260,7 +276,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	var remote []string
 	for _, id := range nodes {
 		if id == n.cfg.NodeID {
-			n.deliverLocal(msg.Target, newDelivery(body, cl, msg.Seq, now.UnixNano()))
+			n.deliverLocal(msg.Target, newBusDelivery(msg.Target.Type, msg.Target.ID, body, cl, msg.Seq, now.UnixNano()))
 		} else {
 			remote = append(remote, id)
 		}
@@ -268,7 +284,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	if len(remote) == 0 {
 		return
 	}
-	env := encodeEnvelope(envelope{Kind: kindMessage, TType: msg.Target.Type, TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID}, body)
+	env := encodeEnvelope(envelope{Kind: kindMessage, TType: busTargetType(msg.Target.Type, msg.Seq), TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID}, body)
 	start := time.Now()
 	err := n.backend.Send(ctx, remote, env)
 	n.observe("bus", start, err)

@@ -53,8 +53,11 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 				if added, _ := n.hub.join(user, room); added {
 					n.declareInterest([]string{room})
 				}
-			} else if n.hub.leave(user, room) {
-				n.dropInterest([]string{room})
+			} else {
+				if n.hub.leave(user, room) {
+					n.dropInterest([]string{room})
+				}
+				n.forgetRoom(user, room)
 			}
 			continue
 		}

@@ -73,7 +73,7 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 		c.teardownLocked("socket took no data for 10s")
 		return
 	}
-	if c.x != nil && c.x.catchUp && now-c.x.since >= catchUpMax {
+	if c.catchUpAgeLocked(now) >= catchUpMax {
 		// The client did not take the missing messages in time (or the
 		// inbox did not answer): resume brings them.
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()

@@ -31,6 +31,7 @@ type Metrics struct {
 	DrainRemaining    prometheus.Gauge
 	Closes            *prometheus.CounterVec // code
 	BusReceived       *prometheus.CounterVec // kind
+	RoomHistory       prometheus.Counter     // messages stored in reliable rooms' histories (v2)
 }
 
 // Handshake rejection reasons.
@@ -80,6 +81,8 @@ func New() *Metrics {
 	m.DrainRemaining = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_drain_remaining", Help: "Connections left to move while draining."})
 	m.Closes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_connection_closes_total", Help: "Connections closed, by close code (0: without a close frame)."}, []string{"code"})
 	m.BusReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_bus_received_total", Help: "Envelopes this node received from the cluster bus, by kind (message, kick, room, drain, done)."}, []string{"kind"})
+	m.RoomHistory = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_room_history_messages_total", Help: "Reliable room messages this node stored in their room's history."})
+	f(m.RoomHistory)
 	for _, c := range []prometheus.Collector{m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)

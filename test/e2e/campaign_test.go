@@ -158,6 +158,7 @@ func TestCampaign(t *testing.T) {
 	}
 	waitConnected(t, 30*time.Second, cp.clients)
 	t.Logf("%d clients of %d users connected (%d may stop reading)", len(cp.clients), len(cp.users), len(cp.slowOK))
+	cp.joinRooms(rand.New(rand.NewPCG(cp.seed, 5)))
 
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -171,6 +172,7 @@ func TestCampaign(t *testing.T) {
 	bg.Wait()
 	t.Logf("%spublisher stopped after %s; faults: %s", cp.pre, time.Since(cp.rec.start).Round(time.Millisecond), strings.Join(cp.faults, "; "))
 	cp.quiet()
+	cp.roomQuiet()
 	for _, r := range cp.clients {
 		r.stop()
 	}
@@ -344,7 +346,7 @@ func (cp *campaign) publish(ctx context.Context, rng *rand.Rand) {
 		if m.Reliable {
 			m.IdempotencyKey = fmt.Sprintf("cp-%d-%d", cp.seed, job)
 		}
-		cp.ledger.add(&jobRec{job: job, user: m.Target.ID, reliable: m.Reliable, keyed: m.Reliable, class: m.Class})
+		cp.ledger.add(cp.roomJob(rng, &m))
 		return m
 	}
 	for {

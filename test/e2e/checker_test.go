@@ -43,6 +43,7 @@ import (
 type jobRec struct {
 	job      int
 	user     string
+	room     string // a room job (user is empty); see checkRooms
 	reliable bool
 	keyed    bool // sent with an idempotency key (every retry the same)
 	class    string
@@ -190,6 +191,9 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 	// Answered seqs per user, and the job each seq was answered for.
 	answeredBy := map[string]map[int64]int{}
 	for _, j := range jobs {
+		if j.room != "" {
+			continue // checkRooms
+		}
 		s.jobs++
 		s.attempts += j.attempts
 		if j.reliable {
@@ -247,7 +251,7 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 				switch {
 				case e.kind == evAck:
 					acks.conns[c] = append(acks.conns[c], e)
-				case e.kind == evMessage && e.seq > 0:
+				case e.kind == evMessage && e.seq > 0 && e.room == "":
 					exists[e.seq] = true
 				}
 			}
@@ -316,6 +320,9 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 					connName(rec, c), compact(bad), acked, whoSuffix(who), window(rec, c, i))
 			}
 			for i, e := range c.events {
+				if e.room != "" {
+					continue // a reliable room's: checkRooms
+				}
 				switch e.kind {
 				case evGap:
 					s.gaps++
@@ -332,6 +339,8 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 						}
 						nonRel[e.id] = i
 						switch {
+						case j != nil && j.room != "" && !j.reliable:
+							// A plain room message: at most once, as above.
 						case j == nil || j.user != user || j.reliable:
 							report("unknown-message", "%s: non-reliable message %s with job %d that was not published so\n%s", connName(rec, c), e.id, e.job, window(rec, c, i))
 						case j.refused && !j.answered:
@@ -419,6 +428,7 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 			}
 		}
 	}
+	checkRooms(rec, jobs, conns, o, &s, report)
 	return s, vs
 }
 

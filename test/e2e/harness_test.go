@@ -152,6 +152,7 @@ type gateway struct {
 	ID    string
 	Port  int
 	extra map[string]string
+	bin   string // the binary; empty: wsgateBin
 
 	mu   sync.Mutex
 	runs []run // every start, the last one current
@@ -196,7 +197,13 @@ func (c *gwCluster) startNodes(prefix string, n int, extra map[string]string) []
 }
 
 func (c *gwCluster) startNodeNoFatal(id string, extra map[string]string) *gateway {
-	g := &gateway{c: c, ID: id, extra: extra}
+	return c.startBinNoFatal(id, extra, "")
+}
+
+// startBinNoFatal is startNodeNoFatal running binary bin (empty: the
+// tree's).
+func (c *gwCluster) startBinNoFatal(id string, extra map[string]string, bin string) *gateway {
+	g := &gateway{c: c, ID: id, extra: extra, bin: bin}
 	var err error
 	for range 5 {
 		g.Port = freePort(c.t)
@@ -254,7 +261,11 @@ func (g *gateway) env() []string {
 // start runs the process (on g.Port); it does not wait for readiness.
 func (g *gateway) start() error {
 	head := fmt.Sprintf("==== start %s on port %d at %s\n", g.ID, g.Port, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(wsgateBin, "gateway")
+	bin := wsgateBin
+	if g.bin != "" {
+		bin = g.bin
+	}
+	cmd := exec.Command(bin, "gateway")
 	cmd.Env = g.env()
 	p, err := proc.TryStart(g.c.t, "gateway "+g.ID, cmd)
 	if err != nil {

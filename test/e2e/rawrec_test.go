@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -48,13 +49,20 @@ type event struct {
 	event    string
 	job      int // data.job of the message; -1 when absent
 	class    string
+	room     string // a reliable room's message or gap: seq, from, to are the room's
 }
 
 func (e event) String() string {
 	switch e.kind {
 	case evMessage:
+		if e.room != "" {
+			return fmt.Sprintf("message room=%s seq=%d job=%d id=%s event=%s", e.room, e.seq, e.job, e.id, e.event)
+		}
 		return fmt.Sprintf("message seq=%d job=%d id=%s event=%s", e.seq, e.job, e.id, e.event)
 	case evGap:
+		if e.room != "" {
+			return fmt.Sprintf("gap room=%s from=%d to=%d", e.room, e.from, e.to)
+		}
 		return fmt.Sprintf("gap from=%d to=%d", e.from, e.to)
 	case evAck:
 		return fmt.Sprintf("ack seq=%d (sent)", e.seq)
@@ -70,7 +78,9 @@ type connRec struct {
 	connID    string
 	since     *int64 // resume point of the handshake; nil: none
 	inboxSeq  int64
-	dialAt    time.Time // the dial started
+	roomSince map[string]int64 // room_since of the handshake
+	rooms     map[string]int64 // the welcome's rooms
+	dialAt    time.Time        // the dial started
 	welcomeAt time.Time
 	slow      bool // the reader stopped reading for a while on it
 
@@ -103,7 +113,7 @@ func newRecorder() *recorder {
 // switch once per run: "dup" records one reliable message twice,
 // "reorder" swaps two consecutive reliable messages.
 func (rec *recorder) add(c *connRec, e event) {
-	if rec.inject == "" || e.kind != evMessage || e.seq == 0 {
+	if rec.inject == "" || e.kind != evMessage || e.seq == 0 || (e.room != "") != (rec.inject == "room-dup" || rec.inject == "room-reorder") {
 		c.events = append(c.events, e)
 		return
 	}
@@ -112,13 +122,13 @@ func (rec *recorder) add(c *connRec, e event) {
 	switch {
 	case rec.injected:
 		c.events = append(c.events, e)
-	case rec.inject == "dup" && e.seq >= 2:
+	case (rec.inject == "dup" || rec.inject == "room-dup") && e.seq >= 2:
 		rec.injected = true
 		c.events = append(c.events, e, e)
-	case rec.inject == "reorder" && e.seq >= 2 && rec.held == nil:
+	case (rec.inject == "reorder" || rec.inject == "room-reorder") && e.seq >= 2 && rec.held == nil:
 		h := e
 		rec.held, rec.heldOn = &h, c
-	case rec.inject == "reorder" && rec.heldOn == c:
+	case (rec.inject == "reorder" || rec.inject == "room-reorder") && rec.heldOn == c && rec.held.room == e.room:
 		rec.injected = true
 		c.events = append(c.events, e, *rec.held)
 	default:
@@ -158,7 +168,8 @@ type rawClient struct {
 	mu       sync.Mutex
 	conns    []*connRec
 	cur      *client.Conn
-	maxSeq   int64 // highest reliable seq received on any connection
+	maxSeq   int64            // highest reliable seq received on any connection
+	maxRoom  map[string]int64 // per reliable room: highest seq received (or skipped by a room gap)
 	redirect string
 }
 
@@ -222,6 +233,10 @@ func (r *rawClient) run() {
 			s := r.maxSeq
 			since = &s
 		}
+		var roomSince map[string]int64
+		if r.opt.resume && len(r.maxRoom) > 0 {
+			roomSince = maps.Clone(r.maxRoom)
+		}
 		r.mu.Unlock()
 		var err error
 		if url == "" {
@@ -232,11 +247,11 @@ func (r *rawClient) run() {
 			var w *client.Welcome
 			dialAt := time.Now()
 			dctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-			conn, w, err = client.Dial(dctx, url, client.DialOptions{Token: r.tok, Since: since, HandshakeTimeout: 5 * time.Second})
+			conn, w, err = client.Dial(dctx, url, client.DialOptions{Token: r.tok, Since: since, RoomSince: roomSince, HandshakeTimeout: 5 * time.Second})
 			cancel()
 			if err == nil {
 				backoff = 50 * time.Millisecond
-				r.serve(conn, w, since, dialAt)
+				r.serve(conn, w, since, roomSince, dialAt)
 				continue
 			}
 		}
@@ -250,9 +265,19 @@ func (r *rawClient) run() {
 }
 
 // serve reads one connection until it ends.
-func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, dialAt time.Time) {
-	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, since: since, inboxSeq: w.InboxSeq, dialAt: dialAt, welcomeAt: time.Now()}
+func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, roomSince map[string]int64, dialAt time.Time) {
+	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, since: since, inboxSeq: w.InboxSeq, roomSince: roomSince, rooms: w.Rooms, dialAt: dialAt, welcomeAt: time.Now()}
 	r.mu.Lock()
+	// A room seq in the welcome below the position: the room's history
+	// was lost, its seq is the base (contract 12).
+	if r.maxRoom == nil {
+		r.maxRoom = map[string]int64{}
+	}
+	for room, q := range w.Rooms {
+		if p, ok := r.maxRoom[room]; !ok || q < p {
+			r.maxRoom[room] = q
+		}
+	}
 	r.conns = append(r.conns, c)
 	r.cur = conn
 	stopped := r.ctx.Err() != nil
@@ -319,6 +344,9 @@ func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, di
 		switch f.Type {
 		case protocol.TypeMessage:
 			e.kind, e.seq, e.id, e.event = evMessage, f.Seq, f.ID, f.Event
+			if f.Seq > 0 && f.Target != nil && f.Target.Type == protocol.TargetRoom {
+				e.room = f.Target.ID
+			}
 			var d struct {
 				Job *int `json:"job"`
 			}
@@ -327,6 +355,9 @@ func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, di
 			}
 		case protocol.TypeGap:
 			e.kind, e.from, e.to = evGap, f.From, f.To
+			if f.Target != nil && f.Target.Type == protocol.TargetRoom {
+				e.room = f.Target.ID
+			}
 		case protocol.TypeRedirect:
 			e.kind = evRedirect
 			r.mu.Lock()
@@ -337,16 +368,20 @@ func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, di
 		}
 		r.mu.Lock()
 		r.rec.add(c, e)
-		if e.kind == evMessage && e.seq > 0 {
+		switch {
+		case e.room != "" && e.kind == evMessage:
+			r.maxRoom[e.room] = max(r.maxRoom[e.room], e.seq)
+		case e.room != "":
+			r.maxRoom[e.room] = max(r.maxRoom[e.room], e.to)
+		case e.kind == evMessage && e.seq > 0:
 			high = max(high, e.seq)
 			r.maxSeq = max(r.maxSeq, e.seq)
 			n++
-		}
-		if e.kind == evGap {
+		case e.kind == evGap:
 			r.maxSeq = max(r.maxSeq, e.to)
 		}
 		r.mu.Unlock()
-		if e.kind == evMessage && e.seq > 0 && n%r.opt.ackEvery == 0 {
+		if e.kind == evMessage && e.seq > 0 && e.room == "" && n%r.opt.ackEvery == 0 {
 			ack()
 		}
 	}
@@ -399,11 +434,30 @@ func (r *rawClient) currentSeq() int64 {
 	}
 	var s int64
 	for _, e := range r.conns[len(r.conns)-1].events {
-		if e.kind == evMessage {
+		if e.kind == evMessage && e.room == "" {
 			s = max(s, e.seq)
 		}
 	}
 	return s
+}
+
+// currentRoomSeq is the highest seq of room received on the current
+// connection, and whether that connection follows the room (its welcome
+// listed it, or one of its messages came).
+func (r *rawClient) currentRoomSeq(room string) (seq int64, follows bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil || len(r.conns) == 0 {
+		return 0, false
+	}
+	c := r.conns[len(r.conns)-1]
+	seq, follows = c.rooms[room]
+	for _, e := range c.events {
+		if e.room == room && e.kind == evMessage {
+			seq, follows = max(seq, e.seq), true
+		}
+	}
+	return seq, follows
 }
 
 // received lists the reliable seqs received on every connection, sorted,
@@ -414,7 +468,7 @@ func (r *rawClient) received() []int64 {
 	var out []int64
 	for _, c := range r.conns {
 		for _, e := range c.events {
-			if e.kind == evMessage && e.seq > 0 {
+			if e.kind == evMessage && e.seq > 0 && e.room == "" {
 				out = append(out, e.seq)
 			}
 		}

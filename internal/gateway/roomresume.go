@@ -1,0 +1,119 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/cluster"
+)
+
+// maxRoomSince bounds the room_since parameters of one handshake.
+const maxRoomSince = 1000
+
+// roomResume is what a new connection needs of its reliable rooms: their
+// seqs for the welcome, each stream's starting position, and the replays
+// that room_since asked for.
+type roomResume struct {
+	seqs  map[string]int64 // welcome.rooms: the reliable rooms and their seqs
+	bases map[string]int64 // each reliable room's starting position
+	reads map[string]roomRead
+}
+
+type roomRead struct {
+	since int64
+	rd    cluster.InboxRead
+}
+
+// resumeRooms reads the seqs of the user's rooms in one pipelined step and
+// the history of each reliable one that room_since names (a room_since
+// for a room the user is not a member of, or one that never had a
+// reliable message, is ignored). A room_since above the room's seq means
+// its history was lost: the stream starts at the room's seq, which the
+// welcome tells the client (contract 12). Without room_since a stream
+// starts at the room's seq: what comes after it comes live.
+func (n *Node) resumeRooms(ctx context.Context, rooms []string, since map[string]int64) (roomResume, error) {
+	var out roomResume
+	if len(rooms) == 0 {
+		return out, nil
+	}
+	start := time.Now()
+	seqs, err := n.backend.RoomSeqs(ctx, rooms)
+	n.observe("room_seqs", start, err)
+	if err != nil {
+		return out, err
+	}
+	for i, room := range rooms {
+		if seqs[i] == 0 {
+			continue
+		}
+		if out.seqs == nil {
+			out.seqs, out.bases = map[string]int64{}, map[string]int64{}
+		}
+		out.seqs[room], out.bases[room] = seqs[i], seqs[i]
+		s, ok := since[room]
+		if !ok || s >= seqs[i] {
+			continue
+		}
+		start := time.Now()
+		rd, err := n.backend.ReadRoom(ctx, room, s, 0, n.historyOpts())
+		n.observe("room_history", start, err)
+		if err != nil {
+			return out, err
+		}
+		if out.reads == nil {
+			out.reads = map[string]roomRead{}
+		}
+		out.reads[room] = roomRead{since: s, rd: rd}
+		out.bases[room] = s
+	}
+	return out, nil
+}
+
+// queueLocked starts the connection's room streams and queues the
+// replays, before anything live.
+func (r roomResume) queueLocked(c *conn) {
+	for room, base := range r.bases {
+		s := c.roomStreamLocked(room, base)
+		s.last = base
+		if rr, ok := r.reads[room]; ok {
+			c.queueReplayLocked(s, rr.since, rr.rd)
+		}
+	}
+}
+
+// followRoom starts the connection's stream of a room it just joined
+// (join frame): with since, the room's kept messages above since are
+// queued first (before the join's reply, contract 4.2); without, the
+// stream starts at the room's current seq. A stream the connection has
+// already (the room's messages came live meanwhile) keeps its position.
+func (c *conn) followRoom(ctx context.Context, room string, since *int64) error {
+	if since != nil {
+		c.mu.Lock()
+		s := c.roomStreamLocked(room, *since)
+		c.mu.Unlock()
+		c.resync(s)
+		return nil
+	}
+	start := time.Now()
+	seqs, err := c.n.backend.RoomSeqs(ctx, []string{room})
+	c.n.observe("room_seqs", start, err)
+	if err != nil {
+		return unavailable("room seq", err)
+	}
+	if seqs[0] > 0 {
+		c.mu.Lock()
+		c.roomStreamLocked(room, seqs[0])
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// forgetRoom makes the user's local connections stop following a room
+// the user left.
+func (n *Node) forgetRoom(user, room string) {
+	for _, c := range n.hub.userConns(user) {
+		c.mu.Lock()
+		c.forgetRoomLocked(room)
+		c.mu.Unlock()
+	}
+}
