@@ -296,6 +296,7 @@ func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error)
 		IdleTimeout:      c.cfg.IdleTimeout,
 		ReadBufferSize:   c.cfg.ReadBufferSize,
 		Since:            c.since(),
+		Device:           c.cfg.Device,
 		RoomSince:        c.RoomSeqs(),
 	}
 	if c.cfg.Token != nil {

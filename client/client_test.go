@@ -717,3 +717,27 @@ func TestResumePointFollowsLowerInboxSeq(t *testing.T) {
 		t.Errorf("delivered %v after a welcome with inbox_seq 2 and since 40, want [3 4]", got)
 	}
 }
+
+// Config.Device goes with every connect and reconnect; a bad one is
+// refused by New.
+func TestDeviceSentOnEveryConnect(t *testing.T) {
+	srv := newServer(t, serverOpts{script: func(sc *serverConn) {
+		if sc.n == 1 {
+			sc.drop()
+		}
+	}})
+	cfg := baseConfig(srv.URL, newEvents())
+	cfg.Device = "laptop-1"
+	start(t, cfg)
+	for i := 1; i <= 2; i++ {
+		if h := srv.handshake(t); h.query.Get("device") != "laptop-1" {
+			t.Errorf("connect %d with device=%q, want laptop-1", i, h.query.Get("device"))
+		}
+	}
+	for _, bad := range []string{"a b", strings.Repeat("x", 65), "é"} {
+		cfg.Device = bad
+		if _, err := client.New(cfg); err == nil || !strings.Contains(err.Error(), "Device") {
+			t.Errorf("New with device %q: %v", bad, err)
+		}
+	}
+}

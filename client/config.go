@@ -74,6 +74,16 @@ type Config struct {
 	// acknowledged on connect); nil = none, the server then sends every
 	// unacknowledged message.
 	Since *int64
+	// Device is a stable id of this device (1 to 64 of [A-Za-z0-9_.-]),
+	// sent as ?device= on every connect and reconnect: the server keeps
+	// one acknowledgement position per device, so a message this device
+	// acknowledged still reaches the user's other devices, and a connect
+	// without since resumes from this device's own position. Keep it
+	// across restarts of the application (a new id is a new device, which
+	// gets every message the server still keeps). Empty = the server's
+	// "default" device, shared by every client that names none.
+	Device string
+
 	// RoomSince are the resume points of reliable rooms for the first
 	// connection (room -> highest seq processed); later connections resume
 	// every room the client has seen a seq of (see Client.RoomSeqs).
@@ -203,6 +213,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("client: Format: unknown value %d", cfg.Format)
 	case cfg.MinBackoff < 0 || cfg.MaxBackoff < cfg.MinBackoff:
 		return cfg, fmt.Errorf("client: MinBackoff %v and MaxBackoff %v: need 0 < MinBackoff <= MaxBackoff", cfg.MinBackoff, cfg.MaxBackoff)
+	case cfg.Device != "" && protocol.ValidDevice(cfg.Device) != nil:
+		return cfg, fmt.Errorf("client: Device: %v", protocol.ValidDevice(cfg.Device))
 	case cfg.AckEvery < 0:
 		return cfg, fmt.Errorf("client: AckEvery must be positive, got %d", cfg.AckEvery)
 	case cfg.AckDelay < 0 || cfg.HandshakeTimeout < 0 || cfg.WriteTimeout < 0:

@@ -26,6 +26,7 @@ type DialOptions struct {
 	TokenVia TokenVia // where the token goes (default header)
 	User     string   // ?user= for insecure servers; empty = not sent
 	Since    *int64   // ?since= resume point; nil = not sent
+	Device   string   // ?device= (see Config.Device); empty = not sent
 	// RoomSince resumes reliable rooms: one ?room_since=ROOM:SEQ each.
 	RoomSince map[string]int64
 	Format    protocol.Format
@@ -60,7 +61,8 @@ type Welcome struct {
 	Node         string
 	User         string
 	PingInterval time.Duration
-	InboxSeq     int64 // highest reliable seq ever assigned to the user
+	InboxSeq     int64  // highest reliable seq ever assigned to the user
+	Device       string // the connection's device ("default" when none was sent)
 	// Rooms maps each reliable room the user is a member of to its seq.
 	Rooms map[string]int64
 	URL   string // the URL dialled (without the query Dial added)
@@ -155,8 +157,8 @@ func (c *Conn) readWelcome(ctx context.Context, deadline time.Time) (*Welcome, e
 	return &Welcome{
 		ConnID: pw.ConnID, Node: pw.Node, User: pw.User,
 		PingInterval: time.Duration(pw.PingIntervalMS) * time.Millisecond,
-		InboxSeq:     pw.InboxSeq,
-		Rooms:        pw.Rooms,
+		InboxSeq:     pw.InboxSeq, Device: pw.Device,
+		Rooms: pw.Rooms,
 	}, nil
 }
 
@@ -173,7 +175,8 @@ func (o DialOptions) withDefaults() DialOptions {
 	return o
 }
 
-// handshakeURL adds token (ViaQuery), user, since and format to rawURL.
+// handshakeURL adds token (ViaQuery), user, since, device and format to
+// rawURL.
 func handshakeURL(rawURL string, o DialOptions) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -191,6 +194,9 @@ func handshakeURL(rawURL string, o DialOptions) (string, error) {
 	}
 	if o.Since != nil {
 		q.Set("since", strconv.FormatInt(*o.Since, 10))
+	}
+	if o.Device != "" {
+		q.Set("device", o.Device)
 	}
 	if o.Format == protocol.MsgPack {
 		q.Set("format", o.Format.String())

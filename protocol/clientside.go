@@ -25,6 +25,7 @@ type ServerFrame struct {
 	PingIntervalMS int64            `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
 	InboxSeq       int64            `json:"inbox_seq" msgpack:"inbox_seq"`
 	Rooms          map[string]int64 `json:"rooms" msgpack:"rooms"` // v2: reliable rooms and their seqs
+	Device         string           `json:"device" msgpack:"device"`
 
 	// message (and gap: Target is a room's for its history), reply (ID, Seq)
 	ID     string          `json:"id" msgpack:"id"`
@@ -96,7 +97,7 @@ func (sf *ServerFrame) AsMessage() Message {
 func (sf *ServerFrame) AsWelcome() Welcome {
 	return Welcome{
 		Type: TypeWelcome, ConnID: sf.ConnID, Node: sf.Node, User: sf.User,
-		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq, Rooms: sf.Rooms,
+		PingIntervalMS: sf.PingIntervalMS, InboxSeq: sf.InboxSeq, Device: sf.Device, Rooms: sf.Rooms,
 	}
 }
 

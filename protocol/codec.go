@@ -137,6 +137,27 @@ func (cf *ClientFrame) validate() error {
 // MaxNameBytes bounds user ids, room names and event names.
 const MaxNameBytes = 256
 
+// DefaultDevice is the device of a client that names none (contract 3).
+const DefaultDevice = "default"
+
+// MaxDeviceBytes bounds the handshake's device parameter.
+const MaxDeviceBytes = 64
+
+// ValidDevice checks a device name: 1 to 64 of [A-Za-z0-9_.-].
+func ValidDevice(s string) error {
+	if s == "" || len(s) > MaxDeviceBytes {
+		return fmt.Errorf("device must be 1 to %d characters, got %d", MaxDeviceBytes, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '_', b == '.', b == '-':
+		default:
+			return fmt.Errorf("device may hold only letters, digits, '_', '.' and '-', got %q", s)
+		}
+	}
+	return nil
+}
+
 // ValidName checks a user id or room name: non-empty, at most MaxNameBytes,
 // valid UTF-8 without control characters.
 func ValidName(what, s string) error {

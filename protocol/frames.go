@@ -51,6 +51,7 @@ type Welcome struct {
 	User           string `json:"user" msgpack:"user"`
 	PingIntervalMS int64  `json:"ping_interval_ms" msgpack:"ping_interval_ms"`
 	InboxSeq       int64  `json:"inbox_seq" msgpack:"inbox_seq"`
+	Device         string `json:"device" msgpack:"device"`
 	// Rooms maps each reliable room the user is a member of to the room's
 	// highest seq (v2).
 	Rooms map[string]int64 `json:"rooms,omitempty" msgpack:"rooms,omitempty"`

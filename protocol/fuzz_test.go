@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"encoding/json"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -32,6 +34,20 @@ func FuzzDecodeClient(f *testing.F) {
 		}
 		if cf.Type == TypePublish && !json.Valid(cf.Data) {
 			t.Fatalf("accepted publish with invalid data %q", cf.Data)
+		}
+	})
+}
+
+// FuzzValidDevice: the handshake's device parameter is accepted exactly
+// when it matches the contract's pattern.
+func FuzzValidDevice(f *testing.F) {
+	for _, s := range []string{"default", "phone.2", "a_b-C", "", "a b", "é", strings.Repeat("x", 65)} {
+		f.Add(s)
+	}
+	pattern := regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := ValidDevice(s) == nil, pattern.MatchString(s); got != want {
+			t.Fatalf("ValidDevice(%q) accepted %v, the pattern %v", s, got, want)
 		}
 	})
 }

@@ -40,12 +40,34 @@ type NodeInfo struct {
 	Version     string     `json:"version"`
 }
 
-// Route says that connection ConnID of User lives on Node.
+// Route says that connection ConnID of User lives on Node. Device names
+// the client's device ("" is DefaultDevice).
 type Route struct {
 	User        string `json:"user"`
 	ConnID      string `json:"conn_id"`
 	Node        string `json:"node"`
 	ConnectedAt int64  `json:"connected_at"` // Unix ms
+	Device      string `json:"device"`
+}
+
+// DefaultDevice is the device of a client that names none: a user whose
+// clients name no device has this one device, which is the v1 behaviour
+// (one acknowledgement position per user).
+const DefaultDevice = "default"
+
+// MaxDevices bounds the devices a user's inbox keeps an acknowledgement
+// position for. A device connecting for the first time while the user has
+// MaxDevices of them makes the backend forget the least recently seen one
+// (its acknowledgement stops holding messages back; when it comes back it
+// is a new device and gets every message still kept).
+const MaxDevices = 32
+
+// deviceOf is the route's device, DefaultDevice when unnamed.
+func deviceOf(name string) string {
+	if name == "" {
+		return DefaultDevice
+	}
+	return name
 }
 
 // InboxMessage is one reliable message kept for a user. Payload is opaque
@@ -61,7 +83,10 @@ type InboxRead struct {
 	GapFrom  int64          // when GapTo >= GapFrom > 0: seqs GapFrom..GapTo were dropped (limit or TTL)
 	GapTo    int64
 	LastSeq  int64 // highest seq ever assigned to the user
-	Acked    int64 // highest acknowledged seq
+	// Acked: for ReadInbox, the seq up to which every device acknowledged
+	// (those messages are gone from the inbox); for Connect, the
+	// acknowledgement of the connecting device (at least that).
+	Acked int64
 }
 
 // ConnLimit bounds a user's connections at Connect: Max live routes
@@ -176,7 +201,11 @@ type Backend interface {
 
 	// Connect is what a new connection needs in one step: it registers the
 	// route (as AddRoutes), then reads the user's rooms and inbox after
-	// since (as UserRooms and ReadInbox). The route is stored before the
+	// since (as UserRooms and ReadInbox). It also marks the route's device
+	// as seen now (a device never seen, or not within opt.TTL, starts at
+	// the acknowledgement of every device, so it gets every message still
+	// kept); with since < 0 the inbox is read after that device's own
+	// acknowledgement, and the gap is counted from it. The route is stored before the
 	// reads, so a message appended after the read is routed to the new
 	// connection. The Redis backend runs it as one script and pipelines
 	// concurrent calls, so a connect storm costs a fraction of a round trip
@@ -216,11 +245,17 @@ type Backend interface {
 
 	// AppendInbox assigns the user's next seq and stores the message in one
 	// atomic step, trims the inbox to opt, and returns the seq with the
-	// user's routes. ReadInbox returns what is kept after since. Ack trims
-	// every message with seq <= seq (cumulative; never moves backwards).
+	// user's routes. ReadInbox returns what is kept after since.
+	//
+	// Ack moves device's acknowledgement to seq (cumulative; never
+	// backwards, never beyond the last seq assigned) and marks the device
+	// seen; then every message acknowledged by each device seen within
+	// opt.TTL (by Connect or Ack) leaves the inbox. Devices not seen
+	// within opt.TTL are forgotten. An Ack of a device the backend does
+	// not keep while the user has MaxDevices others changes nothing.
 	AppendInbox(ctx context.Context, user string, payload []byte, opt InboxOptions) (AppendResult, error)
 	ReadInbox(ctx context.Context, user string, since int64, opt InboxOptions) (InboxRead, error)
-	Ack(ctx context.Context, user string, seq int64) error
+	Ack(ctx context.Context, user, device string, seq int64, opt InboxOptions) error
 	// AppendInboxes is AppendInbox for many messages at once (a batch
 	// publish): each message is appended atomically as by AppendInbox, in
 	// the order given (one user's messages get increasing seqs in that

@@ -49,6 +49,7 @@ type Memory struct {
 
 type memRoute struct {
 	node        string
+	device      string
 	connectedAt int64
 	expires     time.Time
 }
@@ -56,9 +57,16 @@ type memRoute struct {
 // memInbox is one user's inbox. It is never deleted, so seqs are never
 // reused for the life of the process.
 type memInbox struct {
-	seq, acked int64
-	msgs       []memMessage         // ascending seq, contiguous
-	keys       map[string]memSeqKey // idempotency key -> the seq it stored
+	seq, acked int64                 // acked: acknowledged by every device
+	msgs       []memMessage          // ascending seq, contiguous
+	keys       map[string]memSeqKey  // idempotency key -> the seq it stored
+	devices    map[string]*memDevice // at most MaxDevices
+}
+
+// memDevice is one device's acknowledgement and when it was last seen.
+type memDevice struct {
+	acked int64
+	seen  time.Time
 }
 
 type memSeqKey struct {
@@ -179,7 +187,7 @@ func (m *Memory) addRoutesLocked(routes []Route, ttl time.Duration) {
 			conns = map[string]memRoute{}
 			m.routes[r.User] = conns
 		}
-		conns[r.ConnID] = memRoute{node: r.Node, connectedAt: r.ConnectedAt, expires: expires}
+		conns[r.ConnID] = memRoute{node: r.Node, connectedAt: r.ConnectedAt, expires: expires, device: deviceOf(r.Device)}
 	}
 }
 
@@ -216,7 +224,7 @@ func (m *Memory) liveRoutes(user string) []Route {
 			delete(conns, id)
 			continue
 		}
-		out = append(out, Route{User: user, ConnID: id, Node: r.node, ConnectedAt: r.connectedAt})
+		out = append(out, Route{User: user, ConnID: id, Node: r.node, ConnectedAt: r.connectedAt, Device: r.device})
 	}
 	if len(conns) == 0 {
 		delete(m.routes, user)
@@ -411,24 +419,65 @@ func (m *Memory) ReadInbox(ctx context.Context, user string, since int64, opt In
 	if in == nil {
 		return InboxRead{}, nil
 	}
-	in.trim(m.now(), opt.Limit)
-	out := InboxRead{LastSeq: in.seq, Acked: in.acked}
+	return in.read(m.now(), max(since, 0), in.acked, opt), nil
+}
+
+// read trims, then reads the messages after since; acked is the reader's
+// acknowledgement (the gap is counted from it).
+func (in *memInbox) read(now time.Time, since, acked int64, opt InboxOptions) InboxRead {
+	in.trim(now, opt.Limit)
+	out := InboxRead{LastSeq: in.seq, Acked: acked}
 	var first int64
 	if len(in.msgs) > 0 {
 		first = in.msgs[0].seq
 	}
-	out.GapFrom, out.GapTo = inboxGap(since, in.acked, first, in.seq)
+	out.GapFrom, out.GapTo = inboxGap(since, acked, first, in.seq)
 	for _, msg := range in.msgs {
 		if msg.seq > since {
 			out.Messages = append(out.Messages, InboxMessage{Seq: msg.seq, Payload: slices.Clone(msg.payload)})
 		}
 	}
-	return out, nil
+	return out
+}
+
+// active reports whether a device seen at seen still counts at now.
+func active(seen, now time.Time, opt InboxOptions) bool {
+	return opt.TTL <= 0 || now.Sub(seen) < opt.TTL
+}
+
+// seeDevice marks the device seen now and returns it, registering it at
+// the user's acknowledgement when it is new or was not seen within
+// opt.TTL; a new device past MaxDevices makes the least recently seen one
+// forgotten, unless evict is false: then nil is returned.
+func (in *memInbox) seeDevice(name string, now time.Time, opt InboxOptions, evict bool) *memDevice {
+	if in.devices == nil {
+		in.devices = map[string]*memDevice{}
+	}
+	d := in.devices[name]
+	if d == nil || !active(d.seen, now, opt) {
+		if d == nil && len(in.devices) >= MaxDevices {
+			if !evict {
+				return nil
+			}
+			var oldest string
+			for k, o := range in.devices {
+				if oldest == "" || o.seen.Before(in.devices[oldest].seen) {
+					oldest = k
+				}
+			}
+			delete(in.devices, oldest)
+		}
+		d = &memDevice{acked: in.acked}
+		in.devices[name] = d
+	}
+	d.acked = max(d.acked, in.acked)
+	d.seen = now
+	return d
 }
 
 // Ack implements Backend. A seq above the user's last seq acknowledges
 // everything assigned so far and no more.
-func (m *Memory) Ack(ctx context.Context, user string, seq int64) error {
+func (m *Memory) Ack(ctx context.Context, user, device string, seq int64, opt InboxOptions) error {
 	if err := m.lock(ctx); err != nil {
 		return err
 	}
@@ -437,13 +486,27 @@ func (m *Memory) Ack(ctx context.Context, user string, seq int64) error {
 	if in == nil {
 		return nil
 	}
-	seq = min(seq, in.seq)
-	if seq <= in.acked {
+	now := m.now()
+	for k, o := range in.devices {
+		if !active(o.seen, now, opt) {
+			delete(in.devices, k)
+		}
+	}
+	d := in.seeDevice(deviceOf(device), now, opt, false)
+	if d == nil {
 		return nil
 	}
-	in.acked = seq
+	d.acked = max(d.acked, min(seq, in.seq))
+	floor := d.acked
+	for _, o := range in.devices {
+		floor = min(floor, o.acked)
+	}
+	if floor <= in.acked {
+		return nil
+	}
+	in.acked = floor
 	n := 0
-	for n < len(in.msgs) && in.msgs[n].seq <= seq {
+	for n < len(in.msgs) && in.msgs[n].seq <= floor {
 		n++
 	}
 	in.msgs = slices.Delete(in.msgs, 0, n)

@@ -7,11 +7,12 @@ import (
 )
 
 // Connect implements Backend as AddRoutes, UserRooms and ReadInbox, under
-// one lock.
+// one lock, marking the route's device seen.
 func (m *Memory) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions, lim ConnLimit) (ConnectResult, error) {
 	if err := m.lock(ctx); err != nil {
 		return ConnectResult{}, err
 	}
+	defer m.mu.Unlock()
 	if lim.Max > 0 {
 		n := 0
 		for _, r := range m.liveRoutes(route.User) {
@@ -20,21 +21,24 @@ func (m *Memory) Connect(ctx context.Context, route Route, ttl time.Duration, si
 			}
 		}
 		if n >= lim.Max {
-			m.mu.Unlock()
 			return ConnectResult{}, ErrConnLimit
 		}
 	}
 	m.addRoutesLocked([]Route{route}, ttl)
-	m.mu.Unlock()
-	rooms, err := m.UserRooms(ctx, route.User)
-	if err != nil {
-		return ConnectResult{}, err
+	rooms := sortedKeys(m.rooms[route.User])
+	in := m.inboxes[route.User]
+	if in == nil {
+		// Even before the first message: the device must hold back what
+		// another device acknowledges later.
+		in = &memInbox{}
+		m.inboxes[route.User] = in
 	}
-	in, err := m.ReadInbox(ctx, route.User, since, opt)
-	if err != nil {
-		return ConnectResult{}, err
+	now := m.now()
+	d := in.seeDevice(deviceOf(route.Device), now, opt, true)
+	if since < 0 {
+		since = d.acked
 	}
-	return ConnectResult{Rooms: rooms, Inbox: in}, nil
+	return ConnectResult{Rooms: rooms, Inbox: in.read(now, since, d.acked, opt)}, nil
 }
 
 // RemoveRoutes implements Backend.

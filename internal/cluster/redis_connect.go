@@ -27,7 +27,7 @@ type connectBatcher struct{ batcher[*connectReq] }
 
 // Connect implements Backend with scriptConnect, pipelined across callers.
 func (r *Redis) Connect(ctx context.Context, route Route, ttl time.Duration, since int64, opt InboxOptions, lim ConnLimit) (ConnectResult, error) {
-	q := &connectReq{route: route, ttl: ttl, since: max(since, 0), opt: opt, lim: lim}
+	q := &connectReq{route: route, ttl: ttl, since: max(since, -1), opt: opt, lim: lim}
 	if err := r.connects.call(ctx, r, "connect", r.connectBatch, q); err != nil {
 		return ConnectResult{}, err
 	}
@@ -40,12 +40,14 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 	keysArgs := func(q *connectReq) ([]string, []any) {
 		u := q.route.User
 		now := time.Now()
+		win, keep := deviceWindow(q.opt)
 		args := []any{q.route.ConnID, encodeRoute(q.route, now.Add(q.ttl).UnixMilli()), (q.ttl + keySlack).Milliseconds(),
-			now.UnixMilli(), q.since, max(q.opt.Limit, 0), sendDeadline(q.ctx, now), max(q.lim.Max, 0)}
+			now.UnixMilli(), q.since, max(q.opt.Limit, 0), sendDeadline(q.ctx, now), max(q.lim.Max, 0),
+			deviceOf(q.route.Device), win, keep, MaxDevices}
 		if q.lim.Max > 0 {
 			args = append(args, toAny(q.lim.IgnoreNodes)...)
 		}
-		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u)}, args
+		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u), r.k.devices(u)}, args
 	}
 	// Every call is idempotent (a route HSET and reads), so the batch may
 	// be sent again after a connection error.
@@ -59,7 +61,7 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 		case cmds[i].Err() != nil:
 			qerr = r.wrap("connect", cmds[i].Err())
 		default:
-			q.res, qerr = decodeConnect(q.since, cmds[i].Val())
+			q.res, qerr = decodeConnect(max(q.since, 0), cmds[i].Val())
 			if qerr == nil && len(q.res.Inbox.Messages) > 0 && r.opt.Replicas > 0 {
 				// What the replay would deliver must survive a failover
 				// (see confirmReplicated); the route is the caller's
@@ -75,6 +77,18 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
+// deviceWindow is what the device scripts take from opt: how long a
+// device seen counts (the inbox TTL, 0 = always) and the lifetime of the
+// devices key (that of the seq key, 0 = persist), in ms.
+func deviceWindow(opt InboxOptions) (win, keep int64) {
+	if opt.TTL <= 0 {
+		return 0, 0
+	}
+	return max(opt.TTL.Milliseconds(), 1), max(opt.TTL, minSeqLifetime).Milliseconds()
+}
+
+// decodeConnect reads scriptConnect's reply; since is the caller's (0
+// when it gave none): the gap starts after it or the device's ack.
 func decodeConnect(since int64, reply any) (ConnectResult, error) {
 	if v, ok := reply.(int64); ok {
 		if v == 1 {

@@ -117,7 +117,7 @@ func TestRedisCommandCost(t *testing.T) {
 			_, err := b.ReadInbox(ctx, "alice", 0, opt)
 			must(err)
 		}},
-		{"ack (Ack)", func() { must(b.Ack(ctx, "alice", 1)) }},
+		{"ack (Ack)", func() { must(b.Ack(ctx, "alice", "", 1, cluster.InboxOptions{TTL: time.Hour})) }},
 		{"room publish (RoomNodes + Send 3 nodes)", func() {
 			nodes, err := b.RoomNodes(ctx, "lobby")
 			must(err)

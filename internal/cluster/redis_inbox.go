@@ -194,8 +194,9 @@ func decodeRoutesFlat(user string, flat []any, now time.Time) []Route {
 	for i := 0; i+1 < len(flat); i += 2 {
 		conn, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
-		if node, at, exp, ok := decodeRoute(v); ok && exp > nowMs {
-			live = append(live, Route{User: user, ConnID: conn, Node: node, ConnectedAt: at})
+		if rt, exp, ok := decodeRoute(v); ok && exp > nowMs {
+			rt.User, rt.ConnID = user, conn
+			live = append(live, rt)
 		}
 	}
 	sortRoutes(live)
@@ -254,14 +255,18 @@ func decodeInboxMember(s string) (InboxMessage, error) {
 
 // Ack implements Backend with one script (scriptAck), pipelined across
 // callers: the acks of many users share a round trip.
-func (r *Redis) Ack(ctx context.Context, user string, seq int64) error {
-	return r.acks.call(ctx, r, "ack", r.ackBatch, &ackReq{keys: []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user)}, seq: seq})
+func (r *Redis) Ack(ctx context.Context, user, device string, seq int64, opt InboxOptions) error {
+	win, keep := deviceWindow(opt)
+	return r.acks.call(ctx, r, "ack", r.ackBatch, &ackReq{
+		keys: []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user), r.k.devices(user)},
+		args: []any{seq, deviceOf(device), time.Now().UnixMilli(), win, keep, MaxDevices},
+	})
 }
 
 type ackReq struct {
 	reqBase
 	keys []string
-	seq  int64
+	args []any // scriptAck's ARGV
 }
 
 // ackBatcher pipelines concurrent Ack calls.
@@ -274,7 +279,7 @@ func (r *Redis) ackBatch(batch []*ackReq) {
 	ctx, cancel := batchCtx(batch)
 	defer cancel()
 	cmds, err := r.evalEach(ctx, "ack", true, scriptAck, len(batch), func(i int) ([]string, []any) {
-		return batch[i].keys, []any{batch[i].seq}
+		return batch[i].keys, batch[i].args
 	})
 	for i, q := range batch {
 		qerr := err

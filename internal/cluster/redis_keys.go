@@ -5,11 +5,14 @@ package cluster
 // prefixes never share a key, and every multi-key script of Redis Cluster
 // touches one slot:
 //
-//	{P:u:USER}:routes     hash  conn id -> "node|connectedAtMs|expiresAtMs";
+//	{P:u:USER}:routes     hash  conn id -> "node|connectedAtMs|expiresAtMs"
+//	                            ("...|device" after it for a named device);
 //	                            key PEXPIRE ttl+slack (GC only: readers skip
 //	                            and lazily HDEL expired fields)
 //	{P:u:USER}:seq        string, last seq assigned (INCR)
-//	{P:u:USER}:ack        string, highest acknowledged seq
+//	{P:u:USER}:ack        string, seq acknowledged by every device
+//	{P:u:USER}:devices    hash  device -> "ackedSeq|lastSeenMs", at most
+//	                            MaxDevices fields; key PEXPIRE as seq
 //	{P:u:USER}:inbox      zset  score = seq, member = "seq:expiresAtMs:" + payload
 //	                            (expiresAtMs 0 = never); key PEXPIRE inbox TTL
 //	{P:u:USER}:rooms      set   rooms the user joined
@@ -50,6 +53,7 @@ func (k redisKeys) routes(user string) string     { return k.user(user, "routes"
 func (k redisKeys) seq(user string) string        { return k.user(user, "seq") }
 func (k redisKeys) ack(user string) string        { return k.user(user, "ack") }
 func (k redisKeys) inbox(user string) string      { return k.user(user, "inbox") }
+func (k redisKeys) devices(user string) string    { return k.user(user, "devices") }
 func (k redisKeys) userRooms(user string) string  { return k.user(user, "rooms") }
 
 // confirm is written before a WAIT that confirms what a read saw (see

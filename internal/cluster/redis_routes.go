@@ -96,24 +96,37 @@ func (r *Redis) UsersRoutes(ctx context.Context, users []string) ([][]Route, err
 }
 
 // encodeRoute is the value of a route field: "node|connectedAtMs|expiresAtMs".
+// encodeRoute is "node|connectedAtMs|expiresAtMs", then "|@device" for a
+// named device (the default device's value is the v1 one, which nodes of
+// the previous version read).
 func encodeRoute(rt Route, expiresAt int64) string {
-	return rt.Node + "|" + strconv.FormatInt(rt.ConnectedAt, 10) + "|" + strconv.FormatInt(expiresAt, 10)
+	v := rt.Node + "|" + strconv.FormatInt(rt.ConnectedAt, 10) + "|" + strconv.FormatInt(expiresAt, 10)
+	if d := deviceOf(rt.Device); d != DefaultDevice {
+		v += "|@" + d
+	}
+	return v
 }
 
-// decodeRoute parses from the right, so node ids may contain '|'.
-func decodeRoute(v string) (node string, connectedAt, expiresAt int64, ok bool) {
+// decodeRoute parses encodeRoute's value from the right, so node ids may
+// contain '|' (a device holds none, and a number no '@').
+func decodeRoute(v string) (rt Route, expiresAt int64, ok bool) {
+	rt.Device = DefaultDevice
+	if i := strings.LastIndexByte(v, '|'); i >= 0 && strings.HasPrefix(v[i+1:], "@") {
+		v, rt.Device = v[:i], v[i+2:]
+	}
 	i := strings.LastIndexByte(v, '|')
 	if i < 0 {
-		return "", 0, 0, false
+		return Route{}, 0, false
 	}
 	j := strings.LastIndexByte(v[:i], '|')
 	if j < 0 {
-		return "", 0, 0, false
+		return Route{}, 0, false
 	}
 	var err1, err2 error
-	connectedAt, err1 = strconv.ParseInt(v[j+1:i], 10, 64)
+	rt.ConnectedAt, err1 = strconv.ParseInt(v[j+1:i], 10, 64)
 	expiresAt, err2 = strconv.ParseInt(v[i+1:], 10, 64)
-	return v[:j], connectedAt, expiresAt, err1 == nil && err2 == nil
+	rt.Node = v[:j]
+	return rt, expiresAt, err1 == nil && err2 == nil
 }
 
 // decodeRoutes turns a routes hash into the live routes (sorted like
@@ -122,12 +135,13 @@ func decodeRoutes(user string, fields map[string]string, now time.Time) (live []
 	live = make([]Route, 0, len(fields))
 	nowMs := now.UnixMilli()
 	for conn, v := range fields {
-		node, at, exp, ok := decodeRoute(v)
+		rt, exp, ok := decodeRoute(v)
 		if !ok || exp <= nowMs {
 			expired = append(expired, conn)
 			continue
 		}
-		live = append(live, Route{User: user, ConnID: conn, Node: node, ConnectedAt: at})
+		rt.User, rt.ConnID = user, conn
+		live = append(live, rt)
 	}
 	sortRoutes(live)
 	return live, expired

@@ -124,25 +124,46 @@ if #head > 0 then first = tonumber(head[2]) end
 return {last, acked, first, redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], '+inf')}
 `)
 
-// scriptConnect: KEYS routes, rooms, seq, ack, inbox; ARGV connID, route
-// value, route key TTL ms, nowMs, since, limit, deadline (Unix ms, see
-// luaPastDeadline), max routes (0 = no limit), then the nodes whose
-// routes do not count. Checks the limit, stores the route, then reads as
-// scriptRead does. Returns {lastSeq, acked, firstKeptSeq, members with
-// seq > since, rooms}; 0 when the deadline had passed, 1 when the user has
-// max other live routes (nothing stored either way: a refused handshake
-// leaves no route behind).
-var scriptConnect = redis.NewScript(luaTrim + luaPastDeadline + `
+// luaDevices reads a user's devices hash. dev(v) parses a field's value
+// "ackedSeq|lastSeenMs"; active(seen, now, win) says whether a device seen
+// at seen still counts (win = the inbox TTL in ms, 0 = always).
+const luaDevices = `
+local function dev(v)
+  local a, seen = string.match(v or '', '^(%d+)|(%d+)$')
+  if not a then return nil end
+  return tonumber(a), tonumber(seen)
+end
+local function active(seen, now, win)
+  return win == 0 or seen + win > now
+end
+`
+
+// scriptConnect: KEYS routes, rooms, seq, ack, inbox, devices; ARGV
+// connID, route value, route key TTL ms, nowMs, since (-1: the device's
+// acknowledgement), limit, deadline (Unix ms, see luaPastDeadline), max
+// routes (0 = no limit), device, inbox TTL ms (0 = none), devices key
+// lifetime ms (0 = persist), max devices, then the nodes whose routes do
+// not count. Checks the limit, stores the route, marks the device seen
+// (a device that is new, or was not seen within the TTL, starts at the
+// ack of every device; a new one past max devices makes the least
+// recently seen one forgotten), then reads as scriptRead does. Returns
+// {lastSeq, the device's ack, firstKeptSeq, members with seq > since,
+// rooms}; 0 when the deadline had passed, 1 when the user has max other
+// live routes (nothing stored either way: a refused handshake leaves no
+// route behind).
+var scriptConnect = redis.NewScript(luaTrim + luaPastDeadline + luaDevices + `
 if pastDeadline(ARGV[7]) then return 0 end
+local now = tonumber(ARGV[4])
 local max = tonumber(ARGV[8])
 if max > 0 then
   local ignore = {}
-  for i = 9, #ARGV do ignore[ARGV[i]] = true end
-  local now, n = tonumber(ARGV[4]), 0
+  for i = 13, #ARGV do ignore[ARGV[i]] = true end
+  local n = 0
   local flat = redis.call('HGETALL', KEYS[1])
   for i = 1, #flat, 2 do
     if flat[i] ~= ARGV[1] then
-      local node, exp = string.match(flat[i + 1], '^(.*)|%d+|(%d+)$')
+      local v = string.gsub(flat[i + 1], '|@[^|]*$', '')
+      local node, exp = string.match(v, '^(.*)|%d+|(%d+)$')
       if node and tonumber(exp) > now and not ignore[node] then n = n + 1 end
     end
   end
@@ -150,28 +171,71 @@ if max > 0 then
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-trim(KEYS[5], tonumber(ARGV[4]), tonumber(ARGV[6]))
-local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 local acked = tonumber(redis.call('GET', KEYS[4]) or '0')
+local win = tonumber(ARGV[10])
+local mine, seen = dev(redis.call('HGET', KEYS[6], ARGV[9]))
+if not mine or not active(seen, now, win) then
+  mine = acked
+  if not seen and redis.call('HLEN', KEYS[6]) >= tonumber(ARGV[12]) then
+    local flat = redis.call('HGETALL', KEYS[6])
+    local oldest, at
+    for i = 1, #flat, 2 do
+      local _, s = dev(flat[i + 1])
+      if not at or not s or s < at then oldest, at = flat[i], s or 0 end
+    end
+    redis.call('HDEL', KEYS[6], oldest)
+  end
+end
+mine = math.max(mine, acked)
+redis.call('HSET', KEYS[6], ARGV[9], string.format('%d|%d', mine, now))
+if ARGV[11] == '0' then redis.call('PERSIST', KEYS[6]) else redis.call('PEXPIRE', KEYS[6], ARGV[11]) end
+local since = tonumber(ARGV[5])
+if since < 0 then since = mine end
+trim(KEYS[5], now, tonumber(ARGV[6]))
+local last = tonumber(redis.call('GET', KEYS[3]) or '0')
 local first = 0
 local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
 if #head > 0 then first = tonumber(head[2]) end
-return {last, acked, first, redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. ARGV[5], '+inf'), redis.call('SMEMBERS', KEYS[2])}
+return {last, mine, first, redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. since, '+inf'), redis.call('SMEMBERS', KEYS[2])}
 `)
 
-// scriptAck: KEYS seq, ack, inbox; ARGV seq. Cumulative, never backwards,
-// never beyond the last seq assigned. The ack key lives as long as the seq
-// key. Returns the acknowledged seq.
-var scriptAck = redis.NewScript(`
+// scriptAck: KEYS seq, ack, inbox, devices; ARGV seq, device, nowMs, inbox
+// TTL ms (0 = none), devices key lifetime ms (0 = persist), max devices.
+// Moves the device's ack (cumulative, never backwards, never beyond the
+// last seq assigned) and marks it seen, forgets the devices not seen
+// within the TTL, then trims the inbox up to the lowest ack of the others
+// (the ack key: never backwards; it lives as long as the seq key). A
+// device not in the hash is added unless the user has max devices (then
+// nothing changes). Costs one HGETALL of at most max devices fields.
+// Returns the device's ack.
+var scriptAck = redis.NewScript(luaDevices + `
 local last = tonumber(redis.call('GET', KEYS[1]) or '0')
 local acked = tonumber(redis.call('GET', KEYS[2]) or '0')
-local s = math.min(tonumber(ARGV[1]), last)
-if s <= acked then return acked end
-redis.call('SET', KEYS[2], string.format('%d', s))
+local me, now, win = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local mine, floor, n, known = acked, nil, 0, false
+local flat = redis.call('HGETALL', KEYS[4])
+for i = 1, #flat, 2 do
+  local a, seen = dev(flat[i + 1])
+  if flat[i] == me then
+    if a and active(seen, now, win) then mine, known = math.max(a, acked), true end
+  elseif not a or not active(seen, now, win) then
+    redis.call('HDEL', KEYS[4], flat[i])
+  else
+    n = n + 1
+    if not floor or a < floor then floor = a end
+  end
+end
+if not known and n >= tonumber(ARGV[6]) then return acked end
+mine = math.max(mine, math.min(tonumber(ARGV[1]), last))
+redis.call('HSET', KEYS[4], me, string.format('%d|%d', mine, now))
+if ARGV[5] == '0' then redis.call('PERSIST', KEYS[4]) else redis.call('PEXPIRE', KEYS[4], ARGV[5]) end
+if not floor or mine < floor then floor = mine end
+if floor <= acked then return mine end
+redis.call('SET', KEYS[2], string.format('%d', floor))
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', s)
-return s
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', floor)
+return mine
 `)
 
 // scriptPutNode: KEYS node hash, index; ARGV ttlMs, id, field, value, ...

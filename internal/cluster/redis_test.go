@@ -221,7 +221,7 @@ func calls(b cluster.Backend) map[string]func(ctx context.Context) error {
 		"RoomNodes":        func(ctx context.Context) error { _, err := b.RoomNodes(ctx, "r"); return err },
 		"AppendInbox":      func(ctx context.Context) error { _, err := b.AppendInbox(ctx, "u", []byte("x"), opt); return err },
 		"ReadInbox":        func(ctx context.Context) error { _, err := b.ReadInbox(ctx, "u", 0, opt); return err },
-		"Ack":              func(ctx context.Context) error { return b.Ack(ctx, "u", 1) },
+		"Ack":              func(ctx context.Context) error { return b.Ack(ctx, "u", "", 1, cluster.InboxOptions{}) },
 		"LastSeq":          func(ctx context.Context) error { _, err := b.LastSeq(ctx, "u"); return err },
 		"Send":             func(ctx context.Context) error { return b.Send(ctx, []string{"n"}, []byte("x")) },
 		"Broadcast":        func(ctx context.Context) error { return b.Broadcast(ctx, []byte("x")) },

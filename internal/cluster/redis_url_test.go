@@ -106,13 +106,23 @@ func TestInboxGap(t *testing.T) {
 }
 
 func TestRouteEncoding(t *testing.T) {
-	rt := Route{Node: "n|1|2", ConnectedAt: 42}
-	node, at, exp, ok := decodeRoute(encodeRoute(rt, 99))
-	if !ok || node != rt.Node || at != 42 || exp != 99 {
-		t.Fatalf("decode = %q %d %d %v", node, at, exp, ok)
+	for _, rt := range []Route{
+		{Node: "n|1|2", ConnectedAt: 42, Device: DefaultDevice},
+		{Node: "n|1|2", ConnectedAt: 42, Device: "phone.2"},
+		{Node: "n", ConnectedAt: 42, Device: "123"},
+	} {
+		v := encodeRoute(rt, 99)
+		got, exp, ok := decodeRoute(v)
+		if !ok || got != rt || exp != 99 {
+			t.Fatalf("decode(%q) = %+v %d %v", v, got, exp, ok)
+		}
 	}
-	for _, bad := range []string{"", "x", "n|1", "n|x|1", "n|1|x"} {
-		if _, _, _, ok := decodeRoute(bad); ok {
+	// The default device keeps the value nodes of the previous version read.
+	if v := encodeRoute(Route{Node: "n", ConnectedAt: 1}, 2); v != "n|1|2" {
+		t.Errorf("default device route = %q, want n|1|2", v)
+	}
+	for _, bad := range []string{"", "x", "n|1", "n|x|1", "n|1|x", "n|1|@d", "|@d"} {
+		if _, _, ok := decodeRoute(bad); ok {
 			t.Errorf("%q decoded", bad)
 		}
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -660,6 +661,7 @@ type presenceConn struct {
 	ConnID      string `json:"conn_id"`
 	Node        string `json:"node"`
 	ConnectedAt int64  `json:"connected_at"`
+	Device      string `json:"device"`
 }
 
 func (n *Node) apiPresence(w http.ResponseWriter, r *http.Request) error {
@@ -673,7 +675,7 @@ func (n *Node) apiPresence(w http.ResponseWriter, r *http.Request) error {
 	}
 	conns := make([]presenceConn, 0, len(routes))
 	for _, rt := range routes {
-		conns = append(conns, presenceConn{ConnID: rt.ConnID, Node: rt.Node, ConnectedAt: rt.ConnectedAt})
+		conns = append(conns, presenceConn{ConnID: rt.ConnID, Node: rt.Node, ConnectedAt: rt.ConnectedAt, Device: cmp.Or(rt.Device, protocol.DefaultDevice)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"online": len(conns) > 0, "connections": conns})
 	return nil

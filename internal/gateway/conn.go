@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -64,10 +65,10 @@ type conn struct {
 	preamble bool  // outq[0] is the 101 answer, not sent yet (own accept path)
 	hubIdx   int32 // place in hub.list; under hub.mu
 
-	idSeq  uint64 // the connection id is the node's prefix and this (see connID)
-	user   string
-	ip     string       // kept only when WSGATE_MAX_CONNS_PER_IP is set
-	claims *auth.Claims // kept only when the token has rooms or pub claims
+	idSeq uint64 // the connection id is the node's prefix and this (see connID)
+	user  string
+	ip    string    // kept only when WSGATE_MAX_CONNS_PER_IP is set
+	meta  *connMeta // kept only when the token has rooms or pub claims or the device is named
 
 	outq [][]byte  // queued frames, each a whole WebSocket frame
 	wbuf []byte    // unsent rest of a short write
@@ -149,6 +150,13 @@ type fragment struct {
 	data []byte
 }
 
+// connMeta is what only some connections need from their handshake: set
+// once before the connection is shared, read-only after.
+type connMeta struct {
+	claims *auth.Claims // the token's claims, when it has rooms or pub claims
+	device string       // the handshake's device; "" for the default one
+}
+
 // connExtra holds what only a busy or unusual connection needs; under mu.
 type connExtra struct {
 	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
@@ -189,6 +197,35 @@ func (c *conn) logger() *slog.Logger {
 // connID formats the connection's cluster-unique id (not stored, to keep
 // idle connections small).
 func (c *conn) connID() string { return c.n.formatID(c.idSeq) }
+
+// deviceName is the connection's device as the contract names it.
+func (c *conn) deviceName() string {
+	if c.meta == nil {
+		return protocol.DefaultDevice
+	}
+	return cmp.Or(c.meta.device, protocol.DefaultDevice)
+}
+
+// device is the handshake's device, "" for the default one.
+func (c *conn) device() string {
+	if c.meta == nil {
+		return ""
+	}
+	return c.meta.device
+}
+
+// claims are the token's rooms and pub claims (nil: none).
+func (c *conn) claims() *auth.Claims {
+	if c.meta == nil {
+		return nil
+	}
+	return c.meta.claims
+}
+
+// route is the connection's route record.
+func (c *conn) route() cluster.Route {
+	return cluster.Route{User: c.user, ConnID: c.connID(), Node: c.n.cfg.NodeID, ConnectedAt: c.connectedAt, Device: c.deviceName()}
+}
 
 // ---------------------------------------------------------------------
 // Output: bounded queue, one writer at a time, coalesced writev.

@@ -201,6 +201,7 @@ type admission struct {
 	since     int64
 	hasSince  bool
 	roomSince map[string]int64 // room_since: reliable rooms to resume
+	device    string           // "" for the default device
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the
@@ -234,6 +235,17 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 	}
 	if a.roomSince, err = parseRoomSince(req.query["room_since"], maxRoomSince); err != nil {
 		return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
+	}
+	if d, ok := req.query["device"]; ok {
+		if len(d) != 1 {
+			return a, refuseWith(http.StatusBadRequest, "bad_request", "device must be given once")
+		}
+		if err := protocol.ValidDevice(d[0]); err != nil {
+			return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
+		}
+		if d[0] != protocol.DefaultDevice {
+			a.device = d[0]
+		}
 	}
 	if a.claims, err = n.authenticate(req); err != nil {
 		return a, refuseWith(http.StatusUnauthorized, "unauthorized", err.Error())
@@ -302,7 +314,13 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 		c.ip = a.ip // the connection releases its IP slot when it ends
 	}
 	if len(a.claims.Rooms) > 0 || len(a.claims.Pub) > 0 {
-		c.claims = a.claims
+		c.meta = &connMeta{claims: a.claims}
+	}
+	if a.device != "" {
+		if c.meta == nil {
+			c.meta = &connMeta{}
+		}
+		c.meta.device = a.device
 	}
 	if !a.claims.ExpiresAt.IsZero() {
 		c.exp = a.claims.ExpiresAt.Unix()
@@ -429,8 +447,12 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 	// One backend step: the route is stored, then the user's rooms and
 	// inbox are read (see cluster.Backend.Connect for why in that order).
 	start := time.Now()
-	route := cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, ConnectedAt: c.connectedAt}
-	cr, err := n.backend.Connect(ctx, route, n.cfg.RouteTTL, since, n.inboxOpts(), n.connLimit())
+	// Without since the backend reads from the device's acknowledgement.
+	from := since
+	if !hasSince {
+		from = -1
+	}
+	cr, err := n.backend.Connect(ctx, c.route(), n.cfg.RouteTTL, from, n.inboxOpts(), n.connLimit())
 	n.observe("route", start, err)
 	if errors.Is(err, cluster.ErrConnLimit) {
 		// checkUserLimit let it through, but concurrent handshakes of the
@@ -463,7 +485,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 
 	welcome, _ := protocol.Encode(c.format, protocol.Welcome{
 		Type: protocol.TypeWelcome, ConnID: c.connID(), Node: n.cfg.NodeID, User: c.user,
-		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq, Rooms: rooms.seqs,
+		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq, Rooms: rooms.seqs, Device: c.deviceName(),
 	})
 	c.mu.Lock()
 	if c.state != stResuming {

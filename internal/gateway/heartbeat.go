@@ -70,7 +70,7 @@ func (n *Node) reRegister(ctx context.Context) error {
 		live := c.state <= stOpen
 		c.mu.Unlock()
 		if live {
-			routes = append(routes, cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, ConnectedAt: c.connectedAt})
+			routes = append(routes, c.route())
 			written = append(written, c)
 		}
 	}

@@ -41,7 +41,7 @@ func (c *conn) ack(seq int64) error {
 	ctx, cancel := c.n.bctx(c.n.ctx)
 	defer cancel()
 	start := time.Now()
-	err := c.n.backend.Ack(ctx, c.user, seq)
+	err := c.n.backend.Ack(ctx, c.user, c.device(), seq, c.n.inboxOpts())
 	c.n.observe("inbox", start, err)
 	if err != nil {
 		c.logger().Warn("ack failed", "seq", seq, "err", err)
@@ -61,7 +61,7 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 			c.reply(cf.ID, err, 0)
 		}
 	case protocol.TypeJoin:
-		if !auth.AllowRoom(c.claims, cf.Room) {
+		if !auth.AllowRoom(c.claims(), cf.Room) {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's rooms claim does not allow room "+cf.Room)
 			return
 		}
@@ -73,7 +73,7 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 	case protocol.TypeLeave:
 		c.reply(cf.ID, c.n.LeaveRoom(ctx, cf.Room, c.user), 0)
 	case protocol.TypePublish:
-		if !auth.AllowPublish(c.claims, cf.Target.Type, cf.Target.ID) {
+		if !auth.AllowPublish(c.claims(), cf.Target.Type, cf.Target.ID) {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's pub claim does not allow "+cf.Target.Type+":"+cf.Target.ID)
 			return
 		}

@@ -78,7 +78,7 @@ func campaignSeed(t *testing.T) uint64 {
 // TestCampaign runs several gateways on Redis (standalone with AOF and
 // appendfsync always, or a Sentinel set with WSGATE_RELIABLE_REPLICAS=1),
 // reconnecting raw clients (some resume with since, some users have
-// several connections, some clients stop reading for a while under a flood
+// several connections on up to three devices, some clients stop reading for a while under a flood
 // of large messages), and a publisher mixing classes, reliable and not,
 // single and batch publishes, and retries of failed reliable publishes
 // with the same idempotency_key. Meanwhile it injects faults drawn at
@@ -141,6 +141,7 @@ func TestCampaign(t *testing.T) {
 	cp.nextNode = 4
 
 	// Users and their clients.
+	devices := rand.New(rand.NewPCG(cp.seed, 5))
 	for i := range 12 {
 		user := fmt.Sprintf("cp-%02d", i)
 		cp.users = append(cp.users, user)
@@ -148,7 +149,7 @@ func TestCampaign(t *testing.T) {
 			// The first connections go round robin over the nodes; the
 			// reconnects through the allocator of a live node.
 			opt := rawOptions{resume: setup.IntN(2) == 0, pick: allocatorOf(cp.liveNodes), ackEvery: 1 + setup.IntN(20),
-				first: cp.liveNodes()[len(cp.clients)%3].WS()}
+				first: cp.liveNodes()[len(cp.clients)%3].WS(), device: campaignDevice(devices)}
 			r := startRawClient(t, cp.rec, fmt.Sprintf("%s/%d", user, k), user, opt)
 			cp.clients = append(cp.clients, r)
 			if setup.IntN(4) == 0 {
@@ -157,7 +158,7 @@ func TestCampaign(t *testing.T) {
 		}
 	}
 	waitConnected(t, 30*time.Second, cp.clients)
-	t.Logf("%d clients of %d users connected (%d may stop reading)", len(cp.clients), len(cp.users), len(cp.slowOK))
+	t.Logf("%d clients of %d users on %d devices connected (%d may stop reading)", len(cp.clients), len(cp.users), countDevices(cp.clients), len(cp.slowOK))
 	cp.joinRooms(rand.New(rand.NewPCG(cp.seed, 5)))
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -202,6 +203,24 @@ func TestCampaign(t *testing.T) {
 	if t.Failed() {
 		cp.logWarnings()
 	}
+}
+
+// campaignDevice draws the device of a client: the default one (a client
+// naming none), "phone" or "laptop", from a stream of the seed of its own
+// (the rest of the schedule does not move). Several clients of a user may
+// share a device; the checker then holds each device to receiving every
+// seq (an acknowledgement of another device excuses nothing).
+func campaignDevice(rng *rand.Rand) string {
+	return []string{"", "phone", "laptop"}[rng.IntN(3)]
+}
+
+// countDevices counts the distinct (user, device) pairs of the clients.
+func countDevices(clients []*rawClient) int {
+	seen := map[[2]string]bool{}
+	for _, r := range clients {
+		seen[[2]string{r.user, r.opt.device}] = true
+	}
+	return len(seen)
 }
 
 func (cp *campaign) fault(format string, args ...any) {

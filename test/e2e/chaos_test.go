@@ -149,12 +149,12 @@ func fence(t *testing.T, pre string, l *ledger, users []string, clients []*rawCl
 		}
 	}
 	// A connection has the last message when it received it, or when
-	// another client of its user acknowledged it: acknowledgements are per
-	// user (one device), so a connection that was catching up from the
-	// inbox then legitimately never gets it (the checker's rule too).
+	// another client of its device acknowledged it: acknowledgements are
+	// per device, so a connection that was catching up from the inbox then
+	// legitimately never gets it (the checker's rule too).
 	ackedByOther := func(r *rawClient) bool {
 		for _, o := range clients {
-			if o != r && o.user == r.user && o.ackedUpTo() >= seqs[r.user] {
+			if o != r && o.user == r.user && o.opt.device == r.opt.device && o.ackedUpTo() >= seqs[r.user] {
 				return true
 			}
 		}

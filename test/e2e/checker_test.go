@@ -8,9 +8,10 @@ package e2e
 //
 // Per connection: reliable seqs strictly increase (a repeat is a
 // duplicate, a lower seq out of order); no hole, unless a gap frame before
-// the seq after the hole covered it, or (acks are cumulative and per user,
-// §4.3) another connection of the same user had acknowledged every
-// missing seq before this one received the seq after the hole; a
+// the seq after the hole covered it, or (acks are cumulative and per
+// device, §4.3) another connection of the same device of the user had
+// acknowledged every missing seq before this one received the seq after
+// the hole (an ack of another device excuses nothing); a
 // connection still open at the end misses nothing at its tail by the same
 // rule; a non-reliable message comes at most once; a gap frame is a
 // violation unless the test allows them (inbox limit or TTL exceeded on
@@ -20,7 +21,7 @@ package e2e
 // (seqs never go back).
 //
 // Per user: every seq the API answered reached at least one connection of
-// the user; every delivered reliable message is the one the API answered
+// each of the user's devices (every device that has clients); every delivered reliable message is the one the API answered
 // for that seq, or one whose publish had no definite answer (a 503 or a
 // broken request may have stored it); a message published with an
 // idempotency key is stored once (one seq); a non-reliable publish
@@ -147,8 +148,8 @@ func (s checkSummary) String() string {
 		s.conns, strings.Join(codes, " "), s.duplicates, s.outOfOrder, s.holes, s.lost, s.gaps)
 }
 
-// userAcks answers "the highest seq another connection of the user had
-// acknowledged at time t".
+// userAcks answers "the highest seq another connection of the same
+// device of the user had acknowledged at time t".
 type userAcks struct {
 	conns map[*connRec][]event // acks per connection, in time order
 }
@@ -157,7 +158,7 @@ func (u userAcks) maxOther(self *connRec, t time.Time) (int64, string) {
 	var best int64
 	var who string
 	for c, acks := range u.conns {
-		if c == self {
+		if c == self || c.deviceName() != self.deviceName() {
 			continue
 		}
 		for _, a := range acks {
@@ -238,9 +239,13 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 		for q := range answeredBy[user] {
 			exists[q] = true
 		}
-		deliveredJob := map[int64]int{}  // seq -> job carried
-		deliveredAt := map[int][]int64{} // job -> distinct seqs it was delivered under
-		delivered := map[int64]bool{}    // seqs delivered on some connection
+		deliveredJob := map[int64]int{}          // seq -> job carried
+		deliveredAt := map[int][]int64{}         // job -> distinct seqs it was delivered under
+		delivered := map[int64]bool{}            // seqs delivered on some connection
+		deviceGot := map[string]map[int64]bool{} // device -> seqs delivered on its connections
+		for _, c := range ucs {
+			deviceGot[c.deviceName()] = map[int64]bool{}
+		}
 		type place struct {
 			c *connRec
 			i int
@@ -316,7 +321,7 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 					return
 				}
 				s.holes += len(bad)
-				report(kind, "%s: seqs %v missing (other connections of the user had acknowledged up to %d by then%s)\n%s",
+				report(kind, "%s: seqs %v missing (other connections of the device had acknowledged up to %d by then%s)\n%s",
 					connName(rec, c), compact(bad), acked, whoSuffix(who), window(rec, c, i))
 			}
 			for i, e := range c.events {
@@ -356,6 +361,7 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 					}
 					seen[e.seq] = i
 					delivered[e.seq] = true
+					deviceGot[c.deviceName()][e.seq] = true
 					if e.seq < high {
 						s.outOfOrder++
 						report("out-of-order", "%s: seq %d after seq %d\n%s", connName(rec, c), e.seq, high, window(rec, c, i))
@@ -400,6 +406,7 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 			}
 			report("lost", "%s: answered seqs %v reached none of the user's connections: %s", user, compact(lost), strings.Join(where, "; "))
 		}
+		lostOnDevices(user, answeredBy[user], delivered, deviceGot, ucs, rec, &s, report)
 		// Delivered: the message answered for the seq, or one without a
 		// definite answer.
 		for q, job := range deliveredJob {
@@ -430,6 +437,38 @@ func checkRecords(rec *recorder, l *ledger, conns []*connRec, o checkOpts) (chec
 	}
 	checkRooms(rec, jobs, conns, o, &s, report)
 	return s, vs
+}
+
+// lostOnDevices reports the answered seqs that reached some connection of
+// the user but none of one of its devices (a message acknowledged on the
+// phone must still reach the laptop).
+func lostOnDevices(user string, answered map[int64]int, delivered map[int64]bool, deviceGot map[string]map[int64]bool,
+	ucs []*connRec, rec *recorder, s *checkSummary, report func(kind, format string, args ...any)) {
+	devices := make([]string, 0, len(deviceGot))
+	for d := range deviceGot {
+		devices = append(devices, d)
+	}
+	sort.Strings(devices)
+	for _, d := range devices {
+		var lost []int64
+		for q := range answered {
+			if delivered[q] && !deviceGot[d][q] {
+				lost = append(lost, q)
+			}
+		}
+		if len(lost) == 0 {
+			continue
+		}
+		slices.Sort(lost)
+		s.lost += len(lost)
+		var where []string
+		for _, c := range ucs {
+			if c.deviceName() == d {
+				where = append(where, connName(rec, c))
+			}
+		}
+		report("lost", "%s: answered seqs %v reached none of the connections of device %s: %s", user, compact(lost), d, strings.Join(where, "; "))
+	}
 }
 
 // checkClose reports a close code the run cannot cause.
@@ -477,7 +516,7 @@ func connName(rec *recorder, c *connRec) string {
 	if c.closed {
 		end = fmt.Sprintf("closed %d at %s", c.closeCode, rec.offset(c.closedAt))
 	}
-	return fmt.Sprintf("%s (user %s) conn %s on %s, welcome at %s with since=%s inbox_seq=%d, %s", c.client, c.user, c.connID, c.node,
+	return fmt.Sprintf("%s (user %s, device %s) conn %s on %s, welcome at %s with since=%s inbox_seq=%d, %s", c.client, c.user, c.deviceName(), c.connID, c.node,
 		rec.offset(c.welcomeAt), since, c.inboxSeq, end)
 }
 
@@ -546,6 +585,12 @@ func assertRecords(t testing.TB, prefix string, rec *recorder, l *ledger, conns 
 // each and asserts it reports exactly that defect, and nothing for the
 // legitimate cases (a hole covered by a gap, or by another connection's
 // earlier ack).
+// onDevice sets the device of a record of the checker's own test.
+func onDevice(device string, c *connRec) *connRec {
+	c.device = device
+	return c
+}
+
 func TestCheckerReportsViolations(t *testing.T) {
 	t0 := time.Now()
 	rec := &recorder{start: t0}
@@ -623,6 +668,19 @@ func TestCheckerReportsViolations(t *testing.T) {
 		{"4001 without a redirect", nil, []*connRec{conn("a", 4001, msg(1, 1, 1), msg(2, 2, 2)), conn("a", 1000, all()...)}, []string{"close-code"}},
 		{"4001 after a redirect", nil, []*connRec{conn("a", 4001, msg(1, 1, 1), msg(2, 2, 2), event{at: at(3), kind: evRedirect, job: -1}), conn("a", 1000, all()...)}, nil},
 		{"4003", nil, []*connRec{conn("a", 4003, msg(1, 1, 1), msg(2, 2, 2)), conn("a", 1000, all()...)}, []string{"close-code"}},
+		// Acks are per device: the phone's ack excuses no hole on the laptop.
+		{"hole acked by another device before", nil, []*connRec{
+			onDevice("laptop", conn("a", 1000, msg(1, 1, 1), msg(2, 2, 2), msg(40, 4, 4), msg(50, 5, 5))),
+			onDevice("phone", conn("b", 1000, msg(1, 1, 1), msg(2, 2, 2), msg(3, 3, 3), ack(35, 3), msg(50, 4, 4), msg(50, 5, 5))),
+		}, []string{"hole", "lost"}},
+		{"hole acked by the same device before", nil, []*connRec{
+			onDevice("laptop", conn("a", 1000, msg(1, 1, 1), msg(2, 2, 2), msg(40, 4, 4), msg(50, 5, 5))),
+			onDevice("laptop", conn("b", 1006, msg(1, 1, 1), msg(2, 2, 2), msg(3, 3, 3), ack(35, 3))),
+		}, nil},
+		{"lost on one device", nil, []*connRec{
+			onDevice("laptop", conn("a", 1006, msg(1, 1, 1), msg(2, 2, 2))),
+			onDevice("phone", conn("b", 1000, all()...)),
+		}, []string{"lost"}},
 	}
 	for _, tc := range cases {
 		l := mkLedger()

@@ -506,6 +506,7 @@ type presenceConn struct {
 	ConnID      string `json:"conn_id"`
 	Node        string `json:"node"`
 	ConnectedAt int64  `json:"connected_at"`
+	Device      string `json:"device"`
 }
 
 type presenceAnswer struct {
@@ -643,9 +644,14 @@ func dial(t testing.TB, g *gateway, user string, claims map[string]any) *probe {
 }
 
 func dialErr(t testing.TB, g *gateway, user string, claims map[string]any, since *int64) (*probe, error) {
+	return dialWith(t, g, user, client.DialOptions{Token: token(t, user, claims), Since: since})
+}
+
+// dialWith opens a probe for user on g with the given dial options.
+func dialWith(t testing.TB, g *gateway, user string, opts client.DialOptions) (*probe, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, w, err := client.Dial(ctx, g.WS(), client.DialOptions{Token: token(t, user, claims), Since: since})
+	conn, w, err := client.Dial(ctx, g.WS(), opts)
 	if err != nil {
 		return nil, err
 	}

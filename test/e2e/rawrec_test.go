@@ -76,6 +76,7 @@ type connRec struct {
 	user      string
 	node      string
 	connID    string
+	device    string // the welcome's device
 	since     *int64 // resume point of the handshake; nil: none
 	inboxSeq  int64
 	roomSince map[string]int64 // room_since of the handshake
@@ -90,6 +91,14 @@ type connRec struct {
 	closeReason string
 	closedAt    time.Time
 	ourClose    bool // the client closed it (end of the run)
+}
+
+// deviceName is the connection's device ("default" for none).
+func (c *connRec) deviceName() string {
+	if c.device == "" {
+		return protocol.DefaultDevice
+	}
+	return c.device
 }
 
 // recorder is what the clients of one test record into: the start time
@@ -151,6 +160,9 @@ type rawOptions struct {
 	// ackEvery: ack after that many reliable messages (besides a timer
 	// every 100 ms); 0 = 10.
 	ackEvery int
+	// device is sent as ?device= on every connection; empty: none (the
+	// default device).
+	device string
 }
 
 // rawClient is one reconnecting client. Its reader goroutine records the
@@ -247,7 +259,7 @@ func (r *rawClient) run() {
 			var w *client.Welcome
 			dialAt := time.Now()
 			dctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-			conn, w, err = client.Dial(dctx, url, client.DialOptions{Token: r.tok, Since: since, RoomSince: roomSince, HandshakeTimeout: 5 * time.Second})
+			conn, w, err = client.Dial(dctx, url, client.DialOptions{Token: r.tok, Since: since, RoomSince: roomSince, Device: r.opt.device, HandshakeTimeout: 5 * time.Second})
 			cancel()
 			if err == nil {
 				backoff = 50 * time.Millisecond
@@ -266,7 +278,7 @@ func (r *rawClient) run() {
 
 // serve reads one connection until it ends.
 func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, roomSince map[string]int64, dialAt time.Time) {
-	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, since: since, inboxSeq: w.InboxSeq, roomSince: roomSince, rooms: w.Rooms, dialAt: dialAt, welcomeAt: time.Now()}
+	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, device: w.Device, since: since, inboxSeq: w.InboxSeq, roomSince: roomSince, rooms: w.Rooms, dialAt: dialAt, welcomeAt: time.Now()}
 	r.mu.Lock()
 	// A room seq in the welcome below the position: the room's history
 	// was lost, its seq is the base (contract 12).

@@ -27,7 +27,7 @@ func testConnect(t *testing.T, b cluster.Backend) {
 			t.Fatal(err)
 		}
 	}
-	must(t, b.Ack(ctx, "cu", 1))
+	must(t, b.Ack(ctx, "cu", "", 1, inboxOpts))
 	route := cluster.Route{User: "cu", ConnID: "c1", Node: "n1", ConnectedAt: 5}
 	res, err := b.Connect(ctx, route, longTTL, 0, opt, cluster.ConnLimit{})
 	must(t, err)

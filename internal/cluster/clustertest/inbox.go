@@ -104,7 +104,7 @@ func testInboxSeq(t *testing.T, b cluster.Backend) {
 		t.Fatalf("LastSeqs = %v, want [3 0 1]", lasts)
 	}
 	// Never reused, even once everything was acknowledged and trimmed.
-	must(t, b.Ack(ctx, "alice", 3))
+	must(t, b.Ack(ctx, "alice", "", 3, inboxOpts))
 	res, err = b.AppendInbox(ctx, "alice", []byte("m4"), inboxOpts)
 	must(t, err)
 	if res.Seq != 4 {
@@ -183,7 +183,7 @@ func testInboxLimit(t *testing.T, b cluster.Backend) {
 	checkRead(t, "since 2", read(t, b, "alice", 2, opt), []int64{3, 4, 5}, 0, 0, 5, 0)
 	checkRead(t, "since 4", read(t, b, "alice", 4, opt), []int64{5}, 0, 0, 5, 0)
 	// An acknowledged message is not missing, even if it was dropped.
-	must(t, b.Ack(ctx, "alice", 1))
+	must(t, b.Ack(ctx, "alice", "", 1, inboxOpts))
 	checkRead(t, "since 0 after ack 1", read(t, b, "alice", 0, opt), []int64{3, 4, 5}, 2, 2, 5, 1)
 	// Seqs never reused; the gap grows with the drops.
 	appendN(t, b, "alice", 2, opt)
@@ -210,16 +210,16 @@ func testInboxTTL(t *testing.T, b cluster.Backend) {
 
 func testInboxAck(t *testing.T, b cluster.Backend) {
 	ctx := ctxFor(t)
-	must(t, b.Ack(ctx, "nobody", 5)) // unknown user: no error
+	must(t, b.Ack(ctx, "nobody", "", 5, inboxOpts)) // unknown user: no error
 	appendN(t, b, "alice", 5, inboxOpts)
-	must(t, b.Ack(ctx, "alice", 3))
+	must(t, b.Ack(ctx, "alice", "", 3, inboxOpts))
 	checkRead(t, "after ack 3", read(t, b, "alice", 0, inboxOpts), []int64{4, 5}, 0, 0, 5, 3)
-	must(t, b.Ack(ctx, "alice", 2)) // never backwards
+	must(t, b.Ack(ctx, "alice", "", 2, inboxOpts)) // never backwards
 	checkRead(t, "after ack 2", read(t, b, "alice", 0, inboxOpts), []int64{4, 5}, 0, 0, 5, 3)
-	must(t, b.Ack(ctx, "alice", 3)) // same again
+	must(t, b.Ack(ctx, "alice", "", 3, inboxOpts)) // same again
 	checkRead(t, "after ack 3 again", read(t, b, "alice", 0, inboxOpts), []int64{4, 5}, 0, 0, 5, 3)
 	// An ack beyond the last seq acknowledges what exists, nothing to come.
-	must(t, b.Ack(ctx, "alice", 100))
+	must(t, b.Ack(ctx, "alice", "", 100, inboxOpts))
 	checkRead(t, "after ack 100", read(t, b, "alice", 0, inboxOpts), nil, 0, 0, 5, 5)
 	appendN(t, b, "alice", 1, inboxOpts)
 	checkRead(t, "after one more", read(t, b, "alice", 0, inboxOpts), []int64{6}, 0, 0, 6, 5)
@@ -234,13 +234,13 @@ func testInboxAckedNoGap(t *testing.T, b cluster.Backend) {
 	ctx := ctxFor(t)
 	short := cluster.InboxOptions{Limit: 100, TTL: shortTTL}
 	appendN(t, b, "alice", 3, short)
-	must(t, b.Ack(ctx, "alice", 2))
+	must(t, b.Ack(ctx, "alice", "", 2, inboxOpts))
 	eventually(t, "message 3 expires", func() (bool, string) {
 		r := read(t, b, "alice", 0, short)
 		return len(r.Messages) == 0, describe(r)
 	})
 	checkRead(t, "since 0", read(t, b, "alice", 0, short), nil, 3, 3, 3, 2)
-	must(t, b.Ack(ctx, "alice", 3))
+	must(t, b.Ack(ctx, "alice", "", 3, inboxOpts))
 	checkRead(t, "since 0 after ack 3", read(t, b, "alice", 0, short), nil, 0, 0, 3, 3)
 }
 

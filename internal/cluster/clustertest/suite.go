@@ -36,6 +36,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) cluster.Backend) {
 		{"Nodes", nodeTests},
 		{"Rooms", roomTests},
 		{"Inbox", inboxTests},
+		{"Devices", deviceTests},
 		{"History", historyTests},
 		{"Bus", busTests},
 		{"Misc", miscTests},
