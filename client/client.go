@@ -24,7 +24,9 @@ type Client struct {
 	rnd  func(n int64) int64 // jitter source, [0, n)
 	now  func() time.Time    // clock of connection lifetimes
 	ids  atomic.Uint64       // request ids
-	st   stats
+	// tokenExp is the exp (Unix s) of the token in use, 0 when unknown.
+	tokenExp atomic.Int64
+	st       stats
 
 	mu        sync.Mutex
 	closed    bool
@@ -47,6 +49,7 @@ type stats struct {
 	messages, duplicates         atomic.Int64
 	gaps, missed, acks, badFrame atomic.Int64
 	lastClose                    atomic.Int64
+	refreshes                    atomic.Int64
 }
 
 // Stats are the client's counters since New.
@@ -60,6 +63,7 @@ type Stats struct {
 	Missed        int64 // reliable messages reported lost by gap frames
 	Acks          int64 // ack frames sent
 	BadFrames     int64 // undecodable server frames skipped
+	Refreshes     int64 // tokens replaced in-band (refresh frames answered ok)
 	LastCloseCode int   // close code of the last connection (1006: broken); 0 before any
 	LastSeq       int64 // as LastSeq()
 }
@@ -123,6 +127,7 @@ func (c *Client) Stats() Stats {
 		Missed:        c.st.missed.Load(),
 		Acks:          c.st.acks.Load(),
 		BadFrames:     c.st.badFrame.Load(),
+		Refreshes:     c.st.refreshes.Load(),
 		LastCloseCode: int(c.st.lastClose.Load()),
 		LastSeq:       c.LastSeq(),
 	}
@@ -305,6 +310,11 @@ func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error)
 			return nil, nil, fmt.Errorf("wsgate: Token: %w", err)
 		}
 		opts.Token = tok
+		var exp int64
+		if t := tokenExp(tok); !t.IsZero() {
+			exp = t.Unix()
+		}
+		c.tokenExp.Store(exp)
 	} else {
 		opts.User = c.cfg.User
 	}

@@ -36,6 +36,13 @@ type session struct {
 	pings   map[float64]chan error // pings by ts
 	lastTS  float64
 
+	refreshKick chan struct{} // the expiring frame came (reader to helper)
+	refreshed   chan bool     // a refresh ended (refresh goroutine to helper)
+
+	// Helper goroutine only.
+	refreshing  bool
+	lastRefresh time.Time
+
 	// Reader goroutine only.
 	gotMessage    bool
 	redirect      string
@@ -55,13 +62,15 @@ type sessionResult struct {
 // serve runs one connection until it ends, from Run's goroutine.
 func (c *Client) serve(ctx context.Context, conn *Conn, w *Welcome) sessionResult {
 	s := &session{
-		c:       c,
-		conn:    conn,
-		started: c.now(),
-		done:    make(chan struct{}),
-		ackKick: make(chan struct{}, 1),
-		pending: make(map[string]chan error),
-		pings:   make(map[float64]chan error),
+		c:           c,
+		conn:        conn,
+		started:     c.now(),
+		done:        make(chan struct{}),
+		ackKick:     make(chan struct{}, 1),
+		refreshKick: make(chan struct{}, 1),
+		refreshed:   make(chan bool),
+		pending:     make(map[string]chan error),
+		pings:       make(map[float64]chan error),
 	}
 	c.st.connects.Add(1)
 	// The server never assigned a seq above inbox_seq: a higher resume
@@ -184,6 +193,11 @@ func (s *session) handle(f *protocol.ServerFrame) {
 			c.lastSeq, c.hasSeq = f.To, true
 		}
 		c.seqMu.Unlock()
+	case protocol.TypeExpiring:
+		select {
+		case s.refreshKick <- struct{}{}:
+		default:
+		}
 	case protocol.TypeRedirect:
 		s.redirect = f.URL
 		s.redirectAfter = time.Duration(max(f.RetryAfterMS, 0)) * time.Millisecond
@@ -301,10 +315,31 @@ func (s *session) helper(ctx context.Context) {
 	timer.Stop()
 	defer timer.Stop()
 	armed := false
+	// The refresh timer (see refresh.go).
+	refreshT := time.NewTimer(time.Hour)
+	refreshT.Stop()
+	defer refreshT.Stop()
+	arm := func() {
+		if at := s.refreshAt(); !at.IsZero() {
+			refreshT.Reset(max(at.Sub(s.c.now()), minRefreshGap))
+		}
+	}
+	arm()
 	for {
 		select {
 		case <-s.done:
 			return
+		case <-s.refreshKick:
+			s.startRefresh(ctx)
+		case <-refreshT.C:
+			s.startRefresh(ctx)
+		case ok := <-s.refreshed:
+			// After a refused refresh, the expiring frame or the close
+			// at exp (4401: reconnect with a new token) comes next.
+			s.refreshing = false
+			if ok {
+				arm()
+			}
 		case <-s.ackKick:
 			if !armed {
 				armed = true

@@ -50,6 +50,9 @@ type ServerFrame struct {
 	// error
 	Code    string `json:"code" msgpack:"code"`
 	Message string `json:"message" msgpack:"message"`
+
+	// expiring: the token's exp, Unix s
+	Exp int64 `json:"exp" msgpack:"exp"`
 }
 
 // DecodeServer decodes one server frame in the given format. MessagePack
@@ -118,7 +121,7 @@ func EncodeClient(f Format, cf *ClientFrame) ([]byte, error) {
 	if f == MsgPack {
 		return encodeClientMsgpack(cf, data)
 	}
-	return AppendClientJSON(make([]byte, 0, 64+len(data)+len(cf.Event)+len(cf.Room)), cf, data), nil
+	return AppendClientJSON(make([]byte, 0, 64+len(data)+len(cf.Event)+len(cf.Room)+len(cf.Token)), cf, data), nil
 }
 
 // AppendClientJSON appends the JSON object of cf with data as its data
@@ -161,6 +164,10 @@ func AppendClientJSON(dst []byte, cf *ClientFrame, data json.RawMessage) []byte 
 		dst = append(dst, `,"ts":`...)
 		dst = strconv.AppendFloat(dst, *cf.TS, 'f', -1, 64)
 	}
+	if cf.Token != "" {
+		dst = append(dst, `,"token":`...)
+		dst = AppendJSONString(dst, cf.Token)
+	}
 	return append(dst, '}')
 }
 
@@ -193,6 +200,9 @@ func encodeClientMsgpack(cf *ClientFrame, data json.RawMessage) ([]byte, error) 
 	}
 	if cf.TS != nil {
 		obj["ts"] = *cf.TS
+	}
+	if cf.Token != "" {
+		obj["token"] = cf.Token
 	}
 	return msgpack.Marshal(obj)
 }

@@ -128,6 +128,14 @@ func (cf *ClientFrame) validate() error {
 			cf.Data = json.RawMessage("null")
 		}
 		return nil
+	case TypeRefresh:
+		if cf.ID == "" {
+			return badFrame("refresh needs an id")
+		}
+		if cf.Token == "" {
+			return badFrame("refresh needs a token")
+		}
+		return nil
 	case "":
 		return badFrame("frame has no type")
 	}
@@ -159,7 +167,12 @@ func ValidDevice(s string) error {
 }
 
 // ValidName checks a user id or room name: non-empty, at most MaxNameBytes,
-// valid UTF-8 without control characters.
+// valid UTF-8 without control characters (C0, DEL, C1), bidirectional
+// embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) or line
+// and paragraph separators (U+2028, U+2029): a name is shown in logs,
+// consoles and chats, where such characters forge lines or reorder text
+// ("ad\u202enimda" displays as "adadmin"). Every path that takes a name
+// (handshake, frames, server API) uses this one check.
 func ValidName(what, s string) error {
 	if s == "" {
 		return fmt.Errorf("%s is empty", what)
@@ -171,8 +184,13 @@ func ValidName(what, s string) error {
 		return fmt.Errorf("%s is not valid UTF-8", what)
 	}
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
+		switch {
+		case r < 0x20 || r >= 0x7f && r <= 0x9f:
 			return fmt.Errorf("%s contains a control character", what)
+		case r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069:
+			return fmt.Errorf("%s contains a bidirectional control character (U+%04X)", what, r)
+		case r == 0x2028 || r == 0x2029:
+			return fmt.Errorf("%s contains a line or paragraph separator (U+%04X)", what, r)
 		}
 	}
 	return nil

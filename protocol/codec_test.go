@@ -38,6 +38,18 @@ func TestDecodeClientJSON(t *testing.T) {
 		{`{"type":"publish","id":"p","target":{"type":"broadcast"}}`, ErrBadFrame, ""},
 		{`{"type":"publish","id":"p","target":{"type":"user","id":""}}`, ErrBadFrame, ""},
 		{"{\"type\":\"ping\",\"x\":\"\xff\"}", ErrBadFrame, ""},
+		// Names that forge lines or reorder text (contract section 15).
+		{`{"type":"join","id":"1","room":"ad\u202emin"}`, ErrBadFrame, ""},
+		{`{"type":"join","id":"1","room":"a\u2066b"}`, ErrBadFrame, ""},
+		{`{"type":"join","id":"1","room":"a\u2029b"}`, ErrBadFrame, ""},
+		{`{"type":"join","id":"1","room":"a\u0085b"}`, ErrBadFrame, ""},
+		{`{"type":"publish","id":"p","target":{"type":"user","id":"ad\u202dmin"}}`, ErrBadFrame, ""},
+		{`{"type":"publish","id":"p","target":{"type":"room","id":"a\u2028b"}}`, ErrBadFrame, ""},
+		{`{"type":"join","id":"1","room":"café-\u200d"}`, "", "join"},
+		{`{"type":"refresh","id":"r","token":"a.b.c"}`, "", "refresh"},
+		{`{"type":"refresh","token":"a.b.c"}`, ErrBadFrame, ""},
+		{`{"type":"refresh","id":"r"}`, ErrBadFrame, ""},
+		{`{"type":"refresh","id":"r","token":7}`, ErrBadFrame, ""},
 	}
 	for _, tc := range cases {
 		cf, err := DecodeClient(JSON, []byte(tc.in))

@@ -20,6 +20,9 @@
 //	  join/leave/publish {id, ..}     --->     (join {id,room,since}: the room's
 //	                                           kept messages above since first)
 //	                                  <---     reply {id, ok, error?}
+//	                                  <---     expiring {exp}              (30 s before the token's exp)
+//	  refresh {id, token}             --->     same sub: exp and grants replaced
+//	                                  <---     reply {id, ok, error?}      (else close 4401 at exp)
 //	                                  <---     redirect {url,...} + close 4001 (drain)
 //
 // Text frames carry one JSON object; with format=msgpack, binary frames

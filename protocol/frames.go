@@ -13,13 +13,19 @@ const (
 	TypeGap      = "gap"
 	TypeRedirect = "redirect"
 	TypeError    = "error"
+	TypeExpiring = "expiring"
 
 	TypePing    = "ping"
 	TypeAck     = "ack"
 	TypeJoin    = "join"
 	TypeLeave   = "leave"
 	TypePublish = "publish"
+	TypeRefresh = "refresh"
 )
+
+// ExpiringNotice is how long before the token's exp the server sends the
+// expiring frame.
+const ExpiringNotice = 30 // seconds
 
 // Error codes of error frames and refused replies.
 const (
@@ -28,6 +34,9 @@ const (
 	ErrForbidden   = "forbidden"
 	ErrRateLimited = "rate_limited"
 	ErrUnavailable = "unavailable"
+	// ErrUnauthorized refuses a refresh whose token is invalid or is for
+	// another user.
+	ErrUnauthorized = "unauthorized"
 )
 
 // Target types.
@@ -98,6 +107,14 @@ type Redirect struct {
 	RetryAfterMS int64  `json:"retry_after_ms" msgpack:"retry_after_ms"`
 }
 
+// Expiring tells the client that its token expires at Exp (Unix s), 30 s
+// ahead, once per token: a refresh frame with a new token avoids the close
+// with 4401 at Exp.
+type Expiring struct {
+	Type string `json:"type" msgpack:"type"`
+	Exp  int64  `json:"exp" msgpack:"exp"`
+}
+
 // ErrorFrame refuses a client frame.
 type ErrorFrame struct {
 	Type    string `json:"type" msgpack:"type"`
@@ -128,4 +145,5 @@ type ClientFrame struct {
 	Event  string          `json:"event" msgpack:"event"`
 	Data   json.RawMessage `json:"data" msgpack:"-"`
 	TS     *float64        `json:"ts" msgpack:"ts"`
+	Token  string          `json:"token" msgpack:"token"` // refresh
 }

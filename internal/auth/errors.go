@@ -40,13 +40,18 @@ var (
 	ErrTokenIssuer      = &Error{"token_issuer", "token issuer mismatch"}
 	ErrTokenAudience    = &Error{"token_audience", "token audience mismatch"}
 	ErrTokenSubject     = &Error{"token_subject", "token sub missing or invalid"}
+	ErrTokenSubjectName = &Error{"bad_subject", "token sub has a forbidden character"}
+	ErrTokenCrit        = &Error{"token_crit", "token crit header not supported"}
+	ErrTokenKid         = &Error{"token_kid", "token kid unknown"}
+	ErrKeysUnavailable  = &Error{"keys_unavailable", "token key set not fetched yet"}
+	ErrTokenLifetime    = &Error{"token_lifetime", "token exp beyond the maximum lifetime"}
 )
 
 // claimErrors name the claim whose JSON type is wrong. They are built once
 // so a refusal does not allocate; each matches ErrTokenClaims.
 var claimErrors = func() map[string]*Error {
 	m := make(map[string]*Error)
-	for _, c := range []string{"sub", "exp", "nbf", "iat", "iss", "aud", "jti", "rooms", "pub"} {
+	for _, c := range []string{"sub", "exp", "nbf", "iat", "iss", "aud", "jti", "rooms", "pub", "send"} {
 		m[c] = &Error{ErrTokenClaims.reason, "token claim " + c + " invalid"}
 	}
 	return m

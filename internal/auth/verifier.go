@@ -1,17 +1,18 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/wsgate/wsgate/protocol"
 )
 
 // MaxTokenBytes is the longest token Verify reads. Longer input is refused
@@ -20,30 +21,42 @@ import (
 const MaxTokenBytes = 8 << 10
 
 // MaxSubjectBytes is the longest user id (sub claim) accepted.
-const MaxSubjectBytes = 256
+const MaxSubjectBytes = protocol.MaxNameBytes
+
+// maxNumericDate is the last second of the year 9999: a NumericDate claim
+// beyond it (1e300, say) is refused as invalid, so no token is ever
+// accepted as one that does not expire.
+const maxNumericDate = 253402300799
 
 // VerifierConfig says which tokens a Verifier accepts. At least one of
-// HMACSecret and PublicKeyPEM is required; with both, HS256 tokens are
-// checked against the secret and RS256/ES256 tokens against the key.
+// HMACSecrets, PublicKeyPEM and KeySet is required.
 type VerifierConfig struct {
-	// HMACSecret enables HS256 (WSGATE_JWT_SECRET).
-	HMACSecret []byte
+	// HMACSecrets enable HS256 (WSGATE_JWT_SECRET, a comma list): a token
+	// signed with any of them is accepted, which lets a secret rotate.
+	HMACSecrets [][]byte
 	// PublicKeyPEM enables RS256 (RSA key, at least 2048 bits) or ES256
 	// (ECDSA P-256 key): a PKIX "PUBLIC KEY", PKCS#1 "RSA PUBLIC KEY" or a
-	// "CERTIFICATE" block (WSGATE_JWT_PUBLIC_KEY_FILE's content).
+	// "CERTIFICATE" block (WSGATE_JWT_PUBLIC_KEY_FILE's content). It checks
+	// tokens that name no kid the KeySet holds.
 	PublicKeyPEM []byte
+	// KeySet enables RS256, ES256 and EdDSA keys chosen by the token's kid
+	// (WSGATE_JWKS_URL).
+	KeySet *KeySet
 	// Issuer, when set, must equal the iss claim.
 	Issuer string
 	// Audience, when set, must be the aud claim or one of its entries.
 	Audience string
 	// Leeway tolerates clock skew on exp and nbf. Zero means none.
 	Leeway time.Duration
+	// MaxLifetime, when positive, refuses tokens whose exp lies further
+	// than this in the future (WSGATE_JWT_MAX_LIFETIME).
+	MaxLifetime time.Duration
 }
 
 // Claims is what a verified token grants.
 type Claims struct {
-	// Subject is the user id (sub claim): non-empty, at most
-	// MaxSubjectBytes, no control characters.
+	// Subject is the user id (sub claim): a valid protocol name (see
+	// protocol.ValidName).
 	Subject string
 	// ExpiresAt is the exp claim; the connection ends with 4401 then.
 	ExpiresAt time.Time
@@ -51,42 +64,65 @@ type Claims struct {
 	Rooms []string
 	// Pub are the publish-target patterns ("room:lobby", "user:*").
 	Pub []string
+	// Send are the event patterns the client may send upstream; nil when
+	// the token has no send claim (any event).
+	Send []string
 	// Info is the info claim as raw JSON, nil when absent or null.
 	Info json.RawMessage
 }
 
 // Verifier checks client tokens. It is immutable after NewVerifier and safe
-// for concurrent use.
+// for concurrent use; its KeySet changes underneath it as it refreshes.
 type Verifier struct {
-	parser   *jwt.Parser
-	keyFunc  jwt.Keyfunc
-	hmacKey  any // []byte boxed once, so Verify does not allocate for it
-	rsaKey   *rsa.PublicKey
-	ecKey    *ecdsa.PublicKey
-	issuer   string
-	audience string
-	leeway   time.Duration
+	parser      *jwt.Parser
+	opts        []jwt.ParserOption
+	methods     []string
+	issuer      string
+	keyFunc     jwt.Keyfunc
+	hmac        any // the secret, or a jwt.VerificationKeySet of them, boxed once
+	rsaKey      *rsa.PublicKey
+	ecKey       *ecdsa.PublicKey
+	keys        *KeySet
+	maxLifetime time.Duration
 }
 
 // NewVerifier builds a Verifier; the error names the setting at fault.
 func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
-	if len(cfg.HMACSecret) == 0 && len(bytes.TrimSpace(cfg.PublicKeyPEM)) == 0 {
-		return nil, errors.New("jwt: a secret or a public key is required")
+	var secrets [][]byte
+	for _, s := range cfg.HMACSecrets {
+		if len(s) > 0 {
+			secrets = append(secrets, append([]byte(nil), s...))
+		}
 	}
-	if cfg.Leeway < 0 {
+	pemSet := len(trimSpace(cfg.PublicKeyPEM)) > 0
+	switch {
+	case len(secrets) == 0 && !pemSet && cfg.KeySet == nil:
+		return nil, errors.New("jwt: a secret, a public key or a JWKS URL is required")
+	case cfg.Leeway < 0:
 		return nil, errors.New("jwt leeway: must not be negative")
+	case cfg.MaxLifetime < 0:
+		return nil, errors.New("jwt max lifetime: must not be negative")
 	}
-	v := &Verifier{issuer: cfg.Issuer, audience: cfg.Audience, leeway: cfg.Leeway}
+	v := &Verifier{keys: cfg.KeySet, maxLifetime: cfg.MaxLifetime, issuer: cfg.Issuer}
 	var methods []string
-	if len(cfg.HMACSecret) > 0 {
-		secret := bytes.Clone(cfg.HMACSecret)
-		v.hmacKey = secret
+	if len(secrets) > 0 {
+		if len(secrets) == 1 {
+			v.hmac = secrets[0]
+		} else {
+			set := jwt.VerificationKeySet{}
+			for _, s := range secrets {
+				set.Keys = append(set.Keys, s)
+			}
+			v.hmac = set
+		}
 		methods = append(methods, jwt.SigningMethodHS256.Alg())
 	}
-	if len(bytes.TrimSpace(cfg.PublicKeyPEM)) > 0 {
-		if bytes.Equal(bytes.TrimSpace(cfg.HMACSecret), bytes.TrimSpace(cfg.PublicKeyPEM)) {
-			// HS256 signed with the public key: the classic algorithm confusion.
-			return nil, errors.New("jwt secret: must not be the public key")
+	if pemSet {
+		for _, s := range secrets {
+			if string(trimSpace(s)) == string(trimSpace(cfg.PublicKeyPEM)) {
+				// HS256 signed with the public key: the classic algorithm confusion.
+				return nil, errors.New("jwt secret: must not be the public key")
+			}
 		}
 		key, err := parsePublicKey(cfg.PublicKeyPEM)
 		if err != nil {
@@ -101,105 +137,193 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 			methods = append(methods, jwt.SigningMethodES256.Alg())
 		}
 	}
-	// Claims are checked here rather than by the library: Verify takes the
-	// time as an argument and answers with its own short errors.
-	v.parser = jwt.NewParser(jwt.WithValidMethods(methods), jwt.WithoutClaimsValidation())
+	if cfg.KeySet != nil {
+		methods = append(methods, jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg(), jwt.SigningMethodEdDSA.Alg())
+	}
+	// The claims are checked by the library's validator: exp required,
+	// nbf, iss and aud, each with the leeway.
+	v.opts = []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithExpirationRequired(), jwt.WithLeeway(cfg.Leeway)}
+	if cfg.Issuer != "" {
+		v.opts = append(v.opts, jwt.WithIssuer(cfg.Issuer))
+	}
+	if cfg.Audience != "" {
+		v.opts = append(v.opts, jwt.WithAudience(cfg.Audience))
+	}
+	v.methods = methods
+	v.parser = jwt.NewParser(v.opts...)
 	v.keyFunc = v.key
 	return v, nil
 }
 
-// key hands the parser the key of the token's algorithm. The parser has
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\n' || b[0] == '\r' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// key hands the parser the key(s) of the token's algorithm. The parser has
 // already refused algorithms outside the configured set; the exact-method
-// comparison below is a second lock against algorithm switching.
+// comparison below is a second lock against algorithm switching, and a key
+// from the key set is used only for the algorithm of its type.
 func (v *Verifier) key(t *jwt.Token) (any, error) {
-	switch t.Method {
-	case jwt.SigningMethodHS256:
-		if v.hmacKey != nil {
-			return v.hmacKey, nil
+	if _, ok := t.Header["crit"]; ok {
+		// RFC 7515 4.1.11: no extension is understood here, so every
+		// critical one is refused.
+		return nil, ErrTokenCrit
+	}
+	if t.Method == jwt.SigningMethodHS256 {
+		if v.hmac != nil {
+			return v.hmac, nil
 		}
-	case jwt.SigningMethodRS256:
-		if v.rsaKey != nil {
-			return v.rsaKey, nil
+		return nil, ErrTokenAlgorithm
+	}
+	if kid, ok := t.Header["kid"].(string); ok && v.keys != nil {
+		key, err := v.keys.lookup(kid)
+		switch {
+		case err == nil:
+			if !keyFits(t.Method, key) {
+				return nil, ErrTokenAlgorithm
+			}
+			return key.key, nil
+		case v.rsaKey == nil && v.ecKey == nil:
+			return nil, err
 		}
-	case jwt.SigningMethodES256:
-		if v.ecKey != nil {
-			return v.ecKey, nil
-		}
+	}
+	switch {
+	case t.Method == jwt.SigningMethodRS256 && v.rsaKey != nil:
+		return v.rsaKey, nil
+	case t.Method == jwt.SigningMethodES256 && v.ecKey != nil:
+		return v.ecKey, nil
+	case v.keys != nil && v.rsaKey == nil && v.ecKey == nil:
+		return nil, ErrTokenKid // a key set only: the kid is required
 	}
 	return nil, ErrTokenAlgorithm
 }
 
+// keyFits: RS256 needs an RSA key, ES256 a P-256 key, EdDSA an Ed25519
+// key, and a key whose JWK names an alg is used for that one only.
+func keyFits(m jwt.SigningMethod, k setKey) bool {
+	if k.alg != "" && k.alg != m.Alg() {
+		return false
+	}
+	switch k.key.(type) {
+	case *rsa.PublicKey:
+		return m == jwt.SigningMethodRS256
+	case *ecdsa.PublicKey:
+		return m == jwt.SigningMethodES256
+	case ed25519.PublicKey:
+		return m == jwt.SigningMethodEdDSA
+	}
+	return false
+}
+
 // tokenClaims is the JSON shape of a client token's payload. It decodes
-// only what wsgate uses, with plain types: json.Number and string decode
-// without the extra allocations and nested decoding of jwt.RegisteredClaims.
-// A claim of the wrong JSON type fails the decoding with an error naming it.
-// Like golang-jwt's NumericDate, exp and nbf also accept a numeric string.
+// only what wsgate uses, with plain types; a claim of the wrong JSON type
+// fails the decoding with an error naming it. Unlike golang-jwt's
+// NumericDate, exp, nbf and iat refuse numbers given as strings.
 type tokenClaims struct {
 	Sub   string          `json:"sub"`
 	Iss   string          `json:"iss"`
 	Aud   audience        `json:"aud"`
-	Exp   json.Number     `json:"exp"`
-	Nbf   json.Number     `json:"nbf"`
+	Exp   *expClaim       `json:"exp"`
+	Nbf   *nbfClaim       `json:"nbf"`
+	Iat   *iatClaim       `json:"iat"`
 	Rooms []string        `json:"rooms"`
 	Pub   []string        `json:"pub"`
+	Send  []string        `json:"send"`
 	Info  json.RawMessage `json:"info"`
 }
 
-// The jwt.Claims interface; the parser does not call it (claims
-// validation is off), Verify reads the fields directly.
-func (*tokenClaims) GetExpirationTime() (*jwt.NumericDate, error) { return nil, nil }
-func (*tokenClaims) GetIssuedAt() (*jwt.NumericDate, error)       { return nil, nil }
-func (*tokenClaims) GetNotBefore() (*jwt.NumericDate, error)      { return nil, nil }
-func (*tokenClaims) GetIssuer() (string, error)                   { return "", nil }
-func (*tokenClaims) GetSubject() (string, error)                  { return "", nil }
-func (*tokenClaims) GetAudience() (jwt.ClaimStrings, error)       { return nil, nil }
+// The jwt.Claims interface, read by the library's validator.
+func (c *tokenClaims) GetExpirationTime() (*jwt.NumericDate, error) { return c.Exp.date(), nil }
+func (c *tokenClaims) GetIssuedAt() (*jwt.NumericDate, error)       { return c.Iat.date(), nil }
+func (c *tokenClaims) GetNotBefore() (*jwt.NumericDate, error)      { return c.Nbf.date(), nil }
+func (c *tokenClaims) GetIssuer() (string, error)                   { return c.Iss, nil }
+func (c *tokenClaims) GetSubject() (string, error)                  { return c.Sub, nil }
+func (c *tokenClaims) GetAudience() (jwt.ClaimStrings, error)       { return jwt.ClaimStrings(c.Aud), nil }
 
 // audience is the aud claim: one string or a list of strings (RFC 7519 4.1.3).
 type audience []string
 
 func (a *audience) UnmarshalJSON(b []byte) error {
 	switch {
-	case len(b) == 0:
-	case b[0] == '"':
+	case len(b) > 0 && b[0] == '"':
 		var s string
 		if err := json.Unmarshal(b, &s); err != nil {
 			return claimErrors["aud"]
 		}
 		*a = audience{s}
 		return nil
-	case b[0] == '[':
+	case len(b) > 0 && b[0] == '[':
 		var l []string
 		if err := json.Unmarshal(b, &l); err != nil {
 			return claimErrors["aud"]
 		}
 		*a = l
 		return nil
-	case string(b) == "null":
-		return nil
 	}
 	return claimErrors["aud"]
 }
 
-// numericDate converts a NumericDate claim (seconds since the epoch, maybe
-// fractional) to a time. present is false for an absent (or null) claim;
-// ok is false for a value that is not a finite number.
-func numericDate(n json.Number) (t time.Time, present bool, ok bool) {
-	if n == "" {
-		return time.Time{}, false, true
+// numericDate is a NumericDate claim (RFC 7519 2): a JSON number of
+// seconds since the epoch, maybe fractional, at most the year 9999. A
+// string, even of digits, is refused.
+type numericDate struct{ jwt.NumericDate }
+
+func (d *numericDate) parse(b []byte, refusal *Error) error {
+	if len(b) == 0 || (b[0] < '0' || b[0] > '9') && b[0] != '-' {
+		return refusal
 	}
-	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return time.Time{}, true, false
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil || math.IsNaN(f) || math.Abs(f) > maxNumericDate {
+		return refusal
 	}
-	// Clamp far beyond any real date so the integer conversion is defined.
-	const limit = 1e15
-	f = max(-limit, min(limit, f))
 	sec, frac := math.Modf(f)
-	return time.Unix(int64(sec), int64(frac*1e9)), true, true
+	d.Time = time.Unix(int64(sec), int64(frac*1e9))
+	return nil
+}
+
+// One type per date claim, so that a refusal names its claim. A null
+// claim leaves the pointer nil: absent.
+type (
+	expClaim struct{ numericDate }
+	nbfClaim struct{ numericDate }
+	iatClaim struct{ numericDate }
+)
+
+func (d *expClaim) UnmarshalJSON(b []byte) error { return d.parse(b, claimErrors["exp"]) }
+func (d *nbfClaim) UnmarshalJSON(b []byte) error { return d.parse(b, claimErrors["nbf"]) }
+func (d *iatClaim) UnmarshalJSON(b []byte) error { return d.parse(b, claimErrors["iat"]) }
+
+func (d *expClaim) date() *jwt.NumericDate {
+	if d == nil {
+		return nil
+	}
+	return &d.NumericDate
+}
+
+func (d *nbfClaim) date() *jwt.NumericDate {
+	if d == nil {
+		return nil
+	}
+	return &d.NumericDate
+}
+
+func (d *iatClaim) date() *jwt.NumericDate {
+	if d == nil {
+		return nil
+	}
+	return &d.NumericDate
 }
 
 // Verify checks token at time now (the zero time means time.Now()) and
-// returns its claims. Every error is an *Error.
+// returns its claims. Every error is an *Error. It never waits: a token
+// naming a kid that the key set lacks is refused with ErrTokenKid (and
+// KeySet.Refresh may then be worth a retry).
 func (v *Verifier) Verify(token string, now time.Time) (*Claims, error) {
 	switch {
 	case token == "":
@@ -207,19 +331,37 @@ func (v *Verifier) Verify(token string, now time.Time) (*Claims, error) {
 	case len(token) > MaxTokenBytes:
 		return nil, ErrTokenTooLarge
 	}
-	if now.IsZero() {
+	p := v.parser
+	if !now.IsZero() {
+		p = jwt.NewParser(append(v.opts[:len(v.opts):len(v.opts)], jwt.WithTimeFunc(func() time.Time { return now }))...)
+	} else {
 		now = time.Now()
 	}
 	var tc tokenClaims
-	t, err := v.parser.ParseWithClaims(token, &tc, v.keyFunc)
-	if err != nil {
-		return nil, v.parseError(t, err)
+	if t, err := p.ParseWithClaims(token, &tc, v.keyFunc); err != nil {
+		return nil, v.parseError(t, &tc, err)
 	}
-	return v.checkClaims(&tc, now)
+	exp := tc.Exp.Time
+	if v.maxLifetime > 0 && exp.Sub(now) > v.maxLifetime {
+		return nil, ErrTokenLifetime
+	}
+	if tc.Sub == "" || len(tc.Sub) > MaxSubjectBytes {
+		return nil, ErrTokenSubject
+	}
+	if protocol.ValidName("sub", tc.Sub) != nil {
+		return nil, ErrTokenSubjectName
+	}
+	info := tc.Info
+	if len(info) == 0 || string(info) == "null" {
+		info = nil
+	}
+	return &Claims{Subject: tc.Sub, ExpiresAt: exp, Rooms: tc.Rooms, Pub: tc.Pub, Send: tc.Send, Info: info}, nil
 }
 
-// parseError turns the library's error into one of ours.
-func (v *Verifier) parseError(t *jwt.Token, err error) *Error {
+// parseError turns the library's error into one of ours. The library
+// checks the algorithm and the signature before the claims, so a claim is
+// judged only on a token whose signature holds.
+func (v *Verifier) parseError(t *jwt.Token, tc *tokenClaims, err error) *Error {
 	var (
 		typeErr *json.UnmarshalTypeError
 		ours    *Error
@@ -230,75 +372,29 @@ func (v *Verifier) parseError(t *jwt.Token, err error) *Error {
 		}
 	}
 	switch {
-	case errors.As(err, &ours): // from audience.UnmarshalJSON
+	case errors.As(err, &ours): // from the key function or a claim's decoding
 		return ours
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return ErrTokenMalformed
 	case errors.Is(err, jwt.ErrTokenUnverifiable): // alg unknown or missing
 		return ErrTokenAlgorithm
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		if t != nil && t.Method != nil {
-			if _, kerr := v.key(t); kerr != nil {
-				return ErrTokenAlgorithm
-			}
+		if t == nil || t.Method == nil || !slices.Contains(v.methods, t.Method.Alg()) {
+			return ErrTokenAlgorithm
 		}
 		return ErrTokenSignature
-	default:
+	case !errors.Is(err, jwt.ErrTokenInvalidClaims):
 		return ErrTokenMalformed
+	// The validator reports every failed check at once: answer the first
+	// in the contract's order.
+	case tc.Exp == nil:
+		return ErrTokenNoExpiry
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return ErrTokenExpired
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return ErrTokenNotYetValid
+	case v.issuer != "" && tc.Iss != v.issuer:
+		return ErrTokenIssuer
 	}
-}
-
-// checkClaims applies the contract's claim rules to a token whose signature
-// is valid.
-func (v *Verifier) checkClaims(tc *tokenClaims, now time.Time) (*Claims, error) {
-	exp, present, ok := numericDate(tc.Exp)
-	switch {
-	case !ok:
-		return nil, claimErrors["exp"]
-	case !present:
-		return nil, ErrTokenNoExpiry
-	case !now.Before(exp.Add(v.leeway)):
-		return nil, ErrTokenExpired
-	}
-	nbf, present, ok := numericDate(tc.Nbf)
-	switch {
-	case !ok:
-		return nil, claimErrors["nbf"]
-	case present && now.Before(nbf.Add(-v.leeway)):
-		return nil, ErrTokenNotYetValid
-	}
-	if v.issuer != "" && tc.Iss != v.issuer {
-		return nil, ErrTokenIssuer
-	}
-	if v.audience != "" && !slices.Contains(tc.Aud, v.audience) {
-		return nil, ErrTokenAudience
-	}
-	if !validSubject(tc.Sub) {
-		return nil, ErrTokenSubject
-	}
-	info := tc.Info
-	if len(info) == 0 || string(info) == "null" {
-		info = nil
-	}
-	return &Claims{
-		Subject:   tc.Sub,
-		ExpiresAt: exp,
-		Rooms:     tc.Rooms,
-		Pub:       tc.Pub,
-		Info:      info,
-	}, nil
-}
-
-// validSubject: a user id is used in routes, logs and frames, so it must be
-// non-empty, short and free of control characters.
-func validSubject(s string) bool {
-	if s == "" || len(s) > MaxSubjectBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return false
-		}
-	}
-	return true
+	return ErrTokenAudience
 }

@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/wsgate/wsgate/protocol"
 )
 
 // The fuzz keys are fixed so the committed seed corpus (testdata/fuzz/
-// FuzzVerify) holds tokens that really verify. They protect nothing.
+// FuzzJWT) holds tokens that really verify. They protect nothing.
 const fuzzECKeyPEM = `-----BEGIN PRIVATE KEY-----
 MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg2p9h3m2gc5khcDId
 yFFH6n5FfmLV/FQX2kCrmjU6MDShRANCAATiPymHLbsBhathr87ZnHzn1WDeOi8q
@@ -45,11 +47,16 @@ func fuzzECKey(tb testing.TB) *ecdsa.PrivateKey {
 
 // fuzzVerifiers: the permissive one accepts the corpus' valid tokens; the
 // strict one exercises the iss, aud and leeway paths.
+// The third has a key set (kid k1: the EC key) and a maximum lifetime.
 func fuzzVerifiers(tb testing.TB) []*Verifier {
-	pub := pkixPEM(&fuzzECKey(tb).PublicKey)
+	ec := fuzzECKey(tb)
+	pub := pkixPEM(&ec.PublicKey)
+	ks := &KeySet{}
+	ks.keys.Store(&map[string]setKey{"k1": {key: &ec.PublicKey}})
 	return []*Verifier{
-		mustVerifier(tb, VerifierConfig{HMACSecret: fuzzSecret, PublicKeyPEM: pub}),
-		mustVerifier(tb, VerifierConfig{HMACSecret: fuzzSecret, PublicKeyPEM: pub, Issuer: "auth.example", Audience: "wsgate", Leeway: time.Minute}),
+		mustVerifier(tb, VerifierConfig{HMACSecrets: [][]byte{fuzzSecret}, PublicKeyPEM: pub}),
+		mustVerifier(tb, VerifierConfig{HMACSecrets: [][]byte{fuzzSecret}, PublicKeyPEM: pub, Issuer: "auth.example", Audience: "wsgate", Leeway: time.Minute}),
+		mustVerifier(tb, VerifierConfig{HMACSecrets: [][]byte{[]byte("other"), fuzzSecret}, KeySet: ks, MaxLifetime: 2000 * 24 * time.Hour}),
 	}
 }
 
@@ -69,7 +76,23 @@ func fuzzSeeds(tb testing.TB) map[string]string {
 	rawHS := func(header, payload string) string {
 		return rawTokenSigned(tb, header, payload, fuzzSecret)
 	}
+	withKid := func(kid string, c jwt.MapClaims) string {
+		tk := jwt.NewWithClaims(jwt.SigningMethodES256, c)
+		tk.Header["kid"] = kid
+		out, err := tk.SignedString(ec)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return out
+	}
 	return map[string]string{
+		"valid-kid":             withKid("k1", base(nil)),
+		"unknown-kid":           withKid("k2", base(nil)),
+		"crit":                  rawHS(`{"alg":"HS256","crit":["b64"],"b64":false}`, `{"sub":"a","exp":1900000000}`),
+		"exp-1e300-string":      rawHS(`{"alg":"HS256"}`, `{"sub":"a","exp":"1e300"}`),
+		"exp-1e300":             rawHS(`{"alg":"HS256"}`, `{"sub":"a","exp":1e300}`),
+		"nbf-string":            rawHS(`{"alg":"HS256"}`, `{"sub":"a","exp":1900000000,"nbf":"5"}`),
+		"sub-bidi":              rawHS(`{"alg":"HS256"}`, `{"sub":"ad\u202emin","exp":1900000000}`),
 		"valid-hs256":           valid,
 		"valid-es256":           sign(tb, jwt.SigningMethodES256, ec, base(jwt.MapClaims{"rooms": []string{"*"}})),
 		"valid-strict":          hs(base(jwt.MapClaims{"iss": "auth.example", "aud": []string{"x", "wsgate"}, "nbf": fuzzNow.Unix() - 10})),
@@ -110,7 +133,7 @@ func rawTokenSigned(tb testing.TB, header, payload string, secret []byte) string
 	return unsigned + "." + base64.RawURLEncoding.EncodeToString(sig)
 }
 
-func FuzzVerify(f *testing.F) {
+func FuzzJWT(f *testing.F) {
 	vs := fuzzVerifiers(f)
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
@@ -124,7 +147,7 @@ func FuzzVerify(f *testing.F) {
 			}
 			if err != nil {
 				var ae *Error
-				if c != nil || !errors.As(err, &ae) || ae.Reason() == "" || len(err.Error()) > 40 {
+				if c != nil || !errors.As(err, &ae) || ae.Reason() == "" || len(err.Error()) > 80 {
 					t.Fatalf("verifier %d: bad refusal %v (%T), claims %v", i, err, err, c)
 				}
 				continue
@@ -132,7 +155,7 @@ func FuzzVerify(f *testing.F) {
 			if c2.Subject != c.Subject || !c2.ExpiresAt.Equal(c.ExpiresAt) {
 				t.Fatalf("verifier %d not deterministic: %+v then %+v", i, c, c2)
 			}
-			if len(token) > MaxTokenBytes || !validSubject(c.Subject) {
+			if len(token) > MaxTokenBytes || protocol.ValidName("sub", c.Subject) != nil {
 				t.Fatalf("verifier %d accepted token %q with sub %q", i, token, c.Subject)
 			}
 			if !fuzzNow.Before(c.ExpiresAt.Add(time.Minute)) {
@@ -141,7 +164,10 @@ func FuzzVerify(f *testing.F) {
 			if c.Info != nil && !json.Valid(c.Info) {
 				t.Fatalf("verifier %d returned invalid info JSON %q", i, c.Info)
 			}
-			// Only the two allowed algorithms can produce an accepted token.
+			if i == 2 && c.ExpiresAt.Sub(fuzzNow) > 2000*24*time.Hour {
+				t.Fatalf("verifier 2 accepted exp %v beyond its max lifetime", c.ExpiresAt)
+			}
+			// Only the allowed algorithms can produce an accepted token.
 			if alg := headerAlg(token); alg != "HS256" && alg != "ES256" {
 				t.Fatalf("verifier %d accepted alg %q", i, alg)
 			}
@@ -165,11 +191,11 @@ func headerAlg(token string) string {
 	return hdr.Alg
 }
 
-// TestWriteFuzzCorpus regenerates testdata/fuzz/FuzzVerify from fuzzSeeds
+// TestWriteFuzzCorpus regenerates testdata/fuzz/FuzzJWT from fuzzSeeds
 // when WSGATE_WRITE_FUZZ_CORPUS=1; otherwise it checks that every seed is in
 // the committed corpus.
 func TestWriteFuzzCorpus(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzVerify")
+	dir := filepath.Join("testdata", "fuzz", "FuzzJWT")
 	write := os.Getenv("WSGATE_WRITE_FUZZ_CORPUS") == "1"
 	for name, seed := range fuzzSeeds(t) {
 		path := filepath.Join(dir, name)
@@ -193,23 +219,31 @@ func TestWriteFuzzCorpus(t *testing.T) {
 // starts from inputs that reach the claims checks) and its attacks fail.
 func TestFuzzCorpusOutcomes(t *testing.T) {
 	vs := fuzzVerifiers(t)
-	want := map[string][2]error{ // name: outcome with vs[0], vs[1]; nil = accepted
-		"valid-hs256":      {nil, ErrTokenIssuer},
-		"valid-es256":      {nil, ErrTokenIssuer},
-		"valid-strict":     {nil, nil},
-		"alg-none":         {ErrTokenAlgorithm, ErrTokenAlgorithm},
-		"alg-confusion":    {ErrTokenSignature, ErrTokenSignature},
-		"truncated":        {ErrTokenSignature, ErrTokenSignature},
-		"bad-base64":       {ErrTokenMalformed, ErrTokenMalformed},
-		"over-limit":       {ErrTokenTooLarge, ErrTokenTooLarge},
-		"huge-claims":      {nil, ErrTokenIssuer},
-		"nested-info":      {nil, ErrTokenIssuer},
-		"rooms-wrong-type": {ErrTokenClaims, ErrTokenClaims},
-		"exp-huge":         {ErrTokenClaims, ErrTokenClaims},
-		"sub-control":      {ErrTokenSubject, ErrTokenIssuer},
+	want := map[string][3]error{ // name: outcome with vs[0], vs[1], vs[2]; nil = accepted
+		"valid-hs256":      {nil, ErrTokenIssuer, nil},
+		"valid-es256":      {nil, ErrTokenIssuer, ErrTokenKid},
+		"valid-kid":        {nil, ErrTokenIssuer, nil},
+		"unknown-kid":      {nil, ErrTokenIssuer, ErrTokenKid},
+		"valid-strict":     {nil, nil, nil},
+		"alg-none":         {ErrTokenAlgorithm, ErrTokenAlgorithm, ErrTokenAlgorithm},
+		"alg-confusion":    {ErrTokenSignature, ErrTokenSignature, ErrTokenSignature},
+		"truncated":        {ErrTokenSignature, ErrTokenSignature, ErrTokenSignature},
+		"bad-base64":       {ErrTokenMalformed, ErrTokenMalformed, ErrTokenMalformed},
+		"over-limit":       {ErrTokenTooLarge, ErrTokenTooLarge, ErrTokenTooLarge},
+		"huge-claims":      {nil, ErrTokenIssuer, nil},
+		"nested-info":      {nil, ErrTokenIssuer, nil},
+		"rooms-wrong-type": {ErrTokenClaims, ErrTokenClaims, ErrTokenClaims},
+		"exp-huge":         {ErrTokenClaims, ErrTokenClaims, ErrTokenClaims},
+		"exp-1e300":        {ErrTokenClaims, ErrTokenClaims, ErrTokenClaims},
+		"exp-1e300-string": {ErrTokenClaims, ErrTokenClaims, ErrTokenClaims},
+		"exp-string":       {ErrTokenClaims, ErrTokenClaims, ErrTokenClaims},
+		"nbf-string":       {ErrTokenClaims, ErrTokenClaims, ErrTokenClaims},
+		"crit":             {ErrTokenCrit, ErrTokenCrit, ErrTokenCrit},
+		"sub-control":      {ErrTokenSubjectName, ErrTokenIssuer, ErrTokenSubjectName},
+		"sub-bidi":         {ErrTokenSubjectName, ErrTokenIssuer, ErrTokenSubjectName},
 	}
 	for name, outcomes := range want {
-		b, err := os.ReadFile(filepath.Join("testdata", "fuzz", "FuzzVerify", name))
+		b, err := os.ReadFile(filepath.Join("testdata", "fuzz", "FuzzJWT", name))
 		if err != nil {
 			t.Fatal(err)
 		}

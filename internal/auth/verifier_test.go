@@ -114,12 +114,14 @@ func mustVerifier(t testing.TB, cfg VerifierConfig) *Verifier {
 
 func TestVerify(t *testing.T) {
 	k := keysOnce()
-	hs := mustVerifier(t, VerifierConfig{HMACSecret: testSecret})
+	hs := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{testSecret}})
 	rs := mustVerifier(t, VerifierConfig{PublicKeyPEM: k.rsaPEM})
 	es := mustVerifier(t, VerifierConfig{PublicKeyPEM: k.ecPEM})
-	both := mustVerifier(t, VerifierConfig{HMACSecret: testSecret, PublicKeyPEM: k.ecPEM})
-	strict := mustVerifier(t, VerifierConfig{HMACSecret: testSecret, Issuer: "auth.example", Audience: "wsgate"})
-	lenient := mustVerifier(t, VerifierConfig{HMACSecret: testSecret, Leeway: 30 * time.Second})
+	both := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{testSecret}, PublicKeyPEM: k.ecPEM})
+	strict := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{testSecret}, Issuer: "auth.example", Audience: "wsgate"})
+	lenient := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{testSecret}, Leeway: 30 * time.Second})
+	capped := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{testSecret}, MaxLifetime: time.Hour})
+	rotated := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{testSecret, []byte("second-secret-0123456789abcdef01")}})
 
 	hsTok := func(over jwt.MapClaims) string { return sign(t, jwt.SigningMethodHS256, testSecret, claims(over)) }
 	noneTok := sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims(nil))
@@ -189,7 +191,7 @@ func TestVerify(t *testing.T) {
 		{"expired beyond leeway", lenient, hsTok(jwt.MapClaims{"exp": testNow.Add(-31 * time.Second).Unix()}), ErrTokenExpired},
 		{"exp negative", hs, hsTok(jwt.MapClaims{"exp": -1}), ErrTokenExpired},
 		{"exp huge", hs, rawSigned(t, `{"sub":"a","exp":1e400}`), ErrTokenClaims},
-		{"exp string", hs, hsTok(jwt.MapClaims{"exp": "tomorrow"}), ErrTokenMalformed},
+		{"exp string", hs, hsTok(jwt.MapClaims{"exp": "tomorrow"}), ErrTokenClaims},
 		{"exp bool", hs, hsTok(jwt.MapClaims{"exp": true}), ErrTokenClaims},
 		{"nbf future", hs, hsTok(jwt.MapClaims{"nbf": testNow.Add(time.Minute).Unix()}), ErrTokenNotYetValid},
 		{"nbf beyond leeway", lenient, hsTok(jwt.MapClaims{"nbf": testNow.Add(31 * time.Second).Unix()}), ErrTokenNotYetValid},
@@ -209,8 +211,30 @@ func TestVerify(t *testing.T) {
 		{"sub missing", hs, hsTok(jwt.MapClaims{"sub": nil}), ErrTokenSubject},
 		{"sub empty", hs, hsTok(jwt.MapClaims{"sub": ""}), ErrTokenSubject},
 		{"sub too long", hs, hsTok(jwt.MapClaims{"sub": strings.Repeat("u", 257)}), ErrTokenSubject},
-		{"sub control char", hs, hsTok(jwt.MapClaims{"sub": "al\nice"}), ErrTokenSubject},
+		{"sub control char", hs, hsTok(jwt.MapClaims{"sub": "al\nice"}), ErrTokenSubjectName},
 		{"sub number", hs, hsTok(jwt.MapClaims{"sub": 42}), ErrTokenClaims},
+		{"sub bidi override", hs, hsTok(jwt.MapClaims{"sub": "ad\u202emin"}), ErrTokenSubjectName},
+		{"sub isolate", hs, hsTok(jwt.MapClaims{"sub": "ad\u2067min"}), ErrTokenSubjectName},
+		{"sub line separator", hs, hsTok(jwt.MapClaims{"sub": "ad\u2028min"}), ErrTokenSubjectName},
+		{"sub C1 control", hs, hsTok(jwt.MapClaims{"sub": "ad\u0085min"}), ErrTokenSubjectName},
+		{"sub other script", hs, hsTok(jwt.MapClaims{"sub": "Zoë-李"}), nil},
+
+		// Contract section 15.
+		{"crit header", hs, rawTokenSigned(t, `{"alg":"HS256","crit":["exp"]}`, `{"sub":"a","exp":1900000000}`, testSecret), ErrTokenCrit},
+		{"crit empty", hs, rawTokenSigned(t, `{"alg":"HS256","crit":[]}`, `{"sub":"a","exp":1900000000}`, testSecret), ErrTokenCrit},
+		{"exp numeric string", hs, rawSigned(t, `{"sub":"a","exp":"1900000000"}`), ErrTokenClaims},
+		{"exp 1e300 string", hs, rawSigned(t, `{"sub":"a","exp":"1e300"}`), ErrTokenClaims},
+		{"exp 1e300", hs, rawSigned(t, `{"sub":"a","exp":1e300}`), ErrTokenClaims},
+		{"exp after 9999", hs, rawSigned(t, `{"sub":"a","exp":253402300800}`), ErrTokenClaims},
+		{"nbf numeric string", hs, rawSigned(t, `{"sub":"a","exp":1900000000,"nbf":"5"}`), ErrTokenClaims},
+		{"iat numeric string", hs, rawSigned(t, `{"sub":"a","exp":1900000000,"iat":"5"}`), ErrTokenClaims},
+		{"nbf number", hs, rawSigned(t, `{"sub":"a","exp":1900000000,"nbf":5}`), nil},
+		{"within max lifetime", capped, hsTok(jwt.MapClaims{"exp": testNow.Add(time.Hour).Unix()}), nil},
+		{"beyond max lifetime", capped, hsTok(jwt.MapClaims{"exp": testNow.Add(time.Hour + time.Second).Unix()}), ErrTokenLifetime},
+		{"year 9999 beyond max lifetime", capped, rawSigned(t, `{"sub":"a","exp":253402300799}`), ErrTokenLifetime},
+		{"second secret", rotated, sign(t, jwt.SigningMethodHS256, []byte("second-secret-0123456789abcdef01"), claims(nil)), nil},
+		{"first secret", rotated, hsTok(nil), nil},
+		{"no listed secret", rotated, sign(t, jwt.SigningMethodHS256, []byte("third-secret-0123456789abcdef012"), claims(nil)), ErrTokenSignature},
 
 		{"rooms string", hs, hsTok(jwt.MapClaims{"rooms": "lobby"}), ErrTokenClaims},
 		{"rooms numbers", hs, hsTok(jwt.MapClaims{"rooms": []int{1, 2}}), ErrTokenClaims},
@@ -266,7 +290,7 @@ func pemDER(p []byte) []byte {
 }
 
 func TestVerifyClaims(t *testing.T) {
-	v := mustVerifier(t, VerifierConfig{HMACSecret: testSecret})
+	v := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{testSecret}})
 	exp := testNow.Add(time.Hour)
 	tok := rawSigned(t, `{"sub":"alice","exp":`+itoa(exp.Unix())+`,"rooms":["lobby","team-*"],"pub":["room:lobby","user:*"],"info":{"name":"Alice","tags":[1,2]},"extra":{"ignored":true}}`)
 	c, err := v.Verify(tok, testNow)
@@ -335,16 +359,16 @@ func TestNewVerifier(t *testing.T) {
 		wantErr string // substring; empty: success
 		algs    []string
 	}{
-		{"secret", VerifierConfig{HMACSecret: testSecret}, "", []string{"HS256"}},
+		{"secret", VerifierConfig{HMACSecrets: [][]byte{testSecret}}, "", []string{"HS256"}},
 		{"rsa pkix", VerifierConfig{PublicKeyPEM: k.rsaPEM}, "", []string{"RS256"}},
 		{"rsa pkcs1", VerifierConfig{PublicKeyPEM: k.rsaPKCS1}, "", []string{"RS256"}},
 		{"ec pkix", VerifierConfig{PublicKeyPEM: k.ecPEM}, "", []string{"ES256"}},
 		{"ec certificate", VerifierConfig{PublicKeyPEM: k.ecCertPEM}, "", []string{"ES256"}},
 		{"ec after other blocks", VerifierConfig{PublicKeyPEM: comment}, "", []string{"ES256"}},
-		{"secret and key", VerifierConfig{HMACSecret: testSecret, PublicKeyPEM: k.rsaPEM}, "", []string{"HS256", "RS256"}},
+		{"secret and key", VerifierConfig{HMACSecrets: [][]byte{testSecret}, PublicKeyPEM: k.rsaPEM}, "", []string{"HS256", "RS256"}},
 
-		{"nothing", VerifierConfig{}, "jwt: a secret or a public key is required", nil},
-		{"blank pem", VerifierConfig{PublicKeyPEM: []byte(" \n")}, "jwt: a secret or a public key is required", nil},
+		{"nothing", VerifierConfig{}, "jwt: a secret, a public key or a JWKS URL is required", nil},
+		{"blank pem", VerifierConfig{PublicKeyPEM: []byte(" \n")}, "jwt: a secret, a public key or a JWKS URL is required", nil},
 		{"not pem", VerifierConfig{PublicKeyPEM: []byte("hello")}, "jwt public key: no PEM block", nil},
 		{"no key block", VerifierConfig{PublicKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PARAMETERS", Bytes: []byte{1}})}, "jwt public key: no PUBLIC KEY", nil},
 		{"broken key", VerifierConfig{PublicKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: []byte{1, 2, 3}})}, "jwt public key: cannot parse PUBLIC KEY block", nil},
@@ -352,8 +376,8 @@ func TestNewVerifier(t *testing.T) {
 		{"rsa 1024", VerifierConfig{PublicKeyPEM: pkixPEM(&rsaSmall.PublicKey)}, "jwt public key: RSA key of 1024 bits is too small", nil},
 		{"p-384", VerifierConfig{PublicKeyPEM: pkixPEM(&p384.PublicKey)}, "jwt public key: ECDSA curve P-384 not supported", nil},
 		{"ed25519", VerifierConfig{PublicKeyPEM: pkixPEM(edPub)}, "jwt public key: unsupported key type", nil},
-		{"secret is the key", VerifierConfig{HMACSecret: k.rsaPEM, PublicKeyPEM: k.rsaPEM}, "jwt secret: must not be the public key", nil},
-		{"negative leeway", VerifierConfig{HMACSecret: testSecret, Leeway: -time.Second}, "jwt leeway: must not be negative", nil},
+		{"secret is the key", VerifierConfig{HMACSecrets: [][]byte{k.rsaPEM}, PublicKeyPEM: k.rsaPEM}, "jwt secret: must not be the public key", nil},
+		{"negative leeway", VerifierConfig{HMACSecrets: [][]byte{testSecret}, Leeway: -time.Second}, "jwt leeway: must not be negative", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -388,7 +412,7 @@ func (v *Verifier) parserMethods() []string {
 // The secret is copied: changing the caller's slice later changes nothing.
 func TestVerifierCopiesSecret(t *testing.T) {
 	secret := []byte("abcdefgh")
-	v := mustVerifier(t, VerifierConfig{HMACSecret: secret})
+	v := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{secret}})
 	tok := sign(t, jwt.SigningMethodHS256, []byte("abcdefgh"), claims(nil))
 	secret[0] = 'X'
 	if _, err := v.Verify(tok, testNow); err != nil {
@@ -398,7 +422,7 @@ func TestVerifierCopiesSecret(t *testing.T) {
 
 func TestVerifyConcurrent(t *testing.T) {
 	k := keysOnce()
-	v := mustVerifier(t, VerifierConfig{HMACSecret: testSecret, PublicKeyPEM: k.ecPEM})
+	v := mustVerifier(t, VerifierConfig{HMACSecrets: [][]byte{testSecret}, PublicKeyPEM: k.ecPEM})
 	toks := []string{
 		sign(t, jwt.SigningMethodHS256, testSecret, claims(nil)),
 		sign(t, jwt.SigningMethodES256, k.ec, claims(nil)),
@@ -418,7 +442,7 @@ func TestVerifyConcurrent(t *testing.T) {
 }
 
 func BenchmarkVerifyHS256(b *testing.B) {
-	v := mustVerifier(b, VerifierConfig{HMACSecret: testSecret, Issuer: "auth.example", Audience: "wsgate"})
+	v := mustVerifier(b, VerifierConfig{HMACSecrets: [][]byte{testSecret}, Issuer: "auth.example", Audience: "wsgate"})
 	tok := sign(b, jwt.SigningMethodHS256, testSecret, benchClaims())
 	benchVerify(b, v, tok)
 }

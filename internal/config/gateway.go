@@ -22,14 +22,17 @@ type Gateway struct {
 	RedisURL    string // empty = embedded in-process backend (single node)
 	RedisPrefix string // prefix of every Redis key and channel
 
-	APIKey           string   // server API key; empty = API refused except in dev
-	JWTSecret        string   // HS256 secret
-	JWTPublicKeyFile string   // PEM public key, RS256 / ES256
-	JWTIssuer        string   // required iss when set
-	JWTAudience      string   // required aud when set
-	AuthInsecure     bool     // accept ?user=ID without a token
-	AllowQueryToken  bool     // accept ?token=
-	AllowedOrigins   []string // allowed Origin values, "*" = any; empty = same host
+	APIKey           string        // server API key; empty = API refused except in dev
+	JWTSecret        string        // HS256 secrets, comma-separated (see JWTSecrets)
+	JWTPublicKeyFile string        // PEM public key, RS256 / ES256
+	JWKSURL          string        // JWKS endpoint: RS256, ES256, EdDSA keys by kid
+	JWTIssuer        string        // required iss when set
+	JWTAudience      string        // required aud when set
+	JWTLeeway        time.Duration // clock skew allowed on exp and nbf
+	JWTMaxLifetime   time.Duration // refuse exp further than this ahead; 0 = no limit
+	AuthInsecure     bool          // accept ?user=ID without a token
+	AllowQueryToken  bool          // accept ?token=
+	AllowedOrigins   []string      // allowed Origin values, "*" = any; empty = same host
 
 	MaxMessageBytes    int
 	MaxConnsPerIP      int     // 0 = no limit
@@ -102,6 +105,18 @@ func NewDevSet(cfg *Gateway) *Set {
 	return s
 }
 
+// JWTSecrets returns the HS256 secrets of JWTSecret: a comma list, each
+// trimmed, empty entries dropped. A token signed with any is accepted.
+func (c *Gateway) JWTSecrets() [][]byte {
+	var out [][]byte
+	for s := range strings.SplitSeq(c.JWTSecret, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, []byte(s))
+		}
+	}
+	return out
+}
+
 func registerGateway(s *Set, c *Gateway) {
 	s.String(&c.Listen, "listen", ":8080", "HTTP listen address (WebSocket, API, metrics, console)")
 	s.String(&c.NodeID, "node-id", "", "unique node id (letters, digits, . _ -)").
@@ -114,10 +129,14 @@ func registerGateway(s *Set, c *Gateway) {
 		SecretURL()
 	s.String(&c.RedisPrefix, "redis-prefix", "wsgate", "prefix of every Redis key and channel (several clusters can share one Redis)")
 	s.String(&c.APIKey, "api-key", "", "key for the server API; empty = server API refused (401) except in dev").Secret()
-	s.String(&c.JWTSecret, "jwt-secret", "", "HS256 secret for client tokens").Secret()
+	s.String(&c.JWTSecret, "jwt-secret", "", "HS256 secrets for client tokens, comma-separated: a token signed with any of them is accepted").Secret()
 	s.String(&c.JWTPublicKeyFile, "jwt-public-key-file", "", "PEM public key file (RS256 / ES256) for client tokens")
 	s.String(&c.JWTIssuer, "jwt-issuer", "", "when set, the token's iss must match")
 	s.String(&c.JWTAudience, "jwt-audience", "", "when set, the token's aud must match")
+	s.String(&c.JWKSURL, "jwks-url", "", "JWKS endpoint (http or https) of RS256, ES256 and EdDSA keys chosen by the token's kid; "+
+		"fetched at start, every 5 minutes and on an unknown kid (at most every 30 s)")
+	s.Duration(&c.JWTLeeway, "jwt-leeway", 0, "clock skew allowed on the token's exp and nbf")
+	s.Duration(&c.JWTMaxLifetime, "jwt-max-lifetime", 0, "refuse tokens whose exp lies further than this in the future (0 = no limit)")
 	s.Bool(&c.AuthInsecure, "auth-insecure", false, "accept ?user=ID without a token (for tests; logged loudly)")
 	s.Bool(&c.AllowQueryToken, "allow-query-token", true, "accept the token in the token query parameter")
 	s.List(&c.AllowedOrigins, "allowed-origins", nil, "comma list of allowed Origin values (* allows any); "+

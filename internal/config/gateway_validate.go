@@ -22,10 +22,16 @@ func (c *Gateway) Validate() error {
 	v.redisPrefix("redis-prefix", c.RedisPrefix)
 
 	v.file("jwt-public-key-file", c.JWTPublicKeyFile)
-	if v.ok() && c.JWTSecret == "" && c.JWTPublicKeyFile == "" && !c.AuthInsecure && !c.Dev {
-		v.failf("%s or %s must be set to verify client tokens (or %s=true to accept ?user=ID without a token)",
-			EnvName("jwt-secret"), EnvName("jwt-public-key-file"), EnvName("auth-insecure"))
+	v.httpURL("jwks-url", c.JWKSURL)
+	if v.ok() && c.JWTSecret != "" && len(c.JWTSecrets()) == 0 {
+		v.failf("%s holds no secret (a comma list of HS256 secrets)", EnvName("jwt-secret"))
 	}
+	if v.ok() && c.JWTSecret == "" && c.JWTPublicKeyFile == "" && c.JWKSURL == "" && !c.AuthInsecure && !c.Dev {
+		v.failf("%s, %s or %s must be set to verify client tokens (or %s=true to accept ?user=ID without a token)",
+			EnvName("jwt-secret"), EnvName("jwt-public-key-file"), EnvName("jwks-url"), EnvName("auth-insecure"))
+	}
+	v.notNegativeDur("jwt-leeway", c.JWTLeeway)
+	v.notNegativeDur("jwt-max-lifetime", c.JWTMaxLifetime)
 	checkOrigins(&v, c.AllowedOrigins)
 	if _, err := ParsePrefixes(c.TrustedProxies); v.ok() && err != nil {
 		v.failf("%s: %v", EnvName("trusted-proxies"), err)

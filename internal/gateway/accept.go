@@ -364,16 +364,29 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 	}
 	r.ip = h.ip
 	adm, f := n.admit(&r)
-	if f != nil {
+	if f != nil && !f.awaitKeys {
 		h.refuseLocked(f)
 		return
 	}
 	initial := append([]byte(nil), rest...)
 	fd, tok := h.fd, h.tok
+	setup := func() { n.establishOwn(fd, tok, adm, resp, initial) }
+	if f != nil {
+		// The token names a kid the key set lacks: wait for a refresh
+		// of the set off the event loop, then judge the token again.
+		setup = func() {
+			adm, f := n.admitToken(n.hsCtx, &r, adm, true)
+			if f != nil {
+				n.refuseTaken(fd, tok, f)
+				return
+			}
+			n.establishOwn(fd, tok, adm, resp, initial)
+		}
+	}
 	// The socket now belongs to the connection being set up; this
 	// handler ignores its events until the connection takes them over
 	// (conn.startReading).
-	if !n.goHandshake(func() { n.establishOwn(fd, tok, adm, resp, initial) }) {
+	if !n.goHandshake(setup) {
 		n.release(&adm)
 		h.refuseLocked(shuttingDown())
 		return
@@ -381,15 +394,21 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 	h.fd = -1
 }
 
+// refuseTaken answers a handshake whose socket the handler has handed on
+// (a goroutine of its own judges it) with f and closes it.
+func (n *Node) refuseTaken(fd int, tok netpoll.Token, f *refusal) {
+	n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
+	_, _ = unix.Write(fd, f.response())
+	n.poller.Unregister(fd, tok)
+	unix.Close(fd)
+}
+
 // establishOwn runs the backend step of an admitted handshake and sends
 // the 101 with the welcome.
 func (n *Node) establishOwn(fd int, tok netpoll.Token, a admission, resp, initial []byte) {
 	if f := n.checkUserLimit(n.hsCtx, a.claims.Subject); f != nil {
 		n.release(&a)
-		n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
-		_, _ = unix.Write(fd, f.response())
-		n.poller.Unregister(fd, tok)
-		unix.Close(fd)
+		n.refuseTaken(fd, tok, f)
 		return
 	}
 	c := n.newConn(&a, fd, nil)

@@ -63,6 +63,7 @@ type conn struct {
 	format   protocol.Format
 	running  bool  // an inbound goroutine is processing inq
 	preamble bool  // outq[0] is the 101 answer, not sent yet (own accept path)
+	warned   bool  // the expiring frame of the current exp was queued
 	hubIdx   int32 // place in hub.list; under hub.mu
 
 	idSeq uint64 // the connection id is the node's prefix and this (see connID)
@@ -153,7 +154,7 @@ type fragment struct {
 // connMeta is what only some connections need from their handshake: set
 // once before the connection is shared, read-only after.
 type connMeta struct {
-	claims *auth.Claims // the token's claims, when it has rooms or pub claims
+	claims *auth.Claims // the handshake token's claims, when they grant more than the user id (see grants)
 	device string       // the handshake's device; "" for the default one
 }
 
@@ -161,6 +162,11 @@ type connMeta struct {
 type connExtra struct {
 	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
 	held []*delivery             // live deliveries held while resuming, in arrival order
+
+	// The grants of the last accepted refresh frame (refresh.go); the
+	// handshake's stay in meta, which never changes.
+	refreshed bool
+	claims    *auth.Claims
 
 	inbox stream             // the user's inbox (its position is conn.lastSeq)
 	rooms map[string]*stream // the reliable rooms the connection follows, by name
@@ -214,8 +220,14 @@ func (c *conn) device() string {
 	return c.meta.device
 }
 
-// claims are the token's rooms and pub claims (nil: none).
+// claims are the grants of the connection's token (nil: none): those of
+// the last accepted refresh frame, else the handshake's.
 func (c *conn) claims() *auth.Claims {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.x != nil && c.x.refreshed {
+		return c.x.claims
+	}
 	if c.meta == nil {
 		return nil
 	}

@@ -40,6 +40,7 @@ type refusal struct {
 	reason     string // the metric label
 	msg        string
 	retryAfter time.Duration
+	awaitKeys  bool // the token names a kid the key set lacks: retry after a refresh (admitToken)
 }
 
 func refuseWith(status int, code, msg string) *refusal {
@@ -247,8 +248,22 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 			a.device = d[0]
 		}
 	}
-	if a.claims, err = n.authenticate(req); err != nil {
-		return a, refuseWith(http.StatusUnauthorized, "unauthorized", err.Error())
+	return n.admitToken(context.Background(), req, a, false)
+}
+
+// admitToken is the rest of admit: the token, then the per-IP slot. On the
+// event loop (wait false) it never blocks: a token naming a kid the key
+// set lacks, when a refresh of the set is due, gets a refusal with
+// awaitKeys, and the caller runs admitToken again with wait on a goroutine
+// of its own.
+func (n *Node) admitToken(ctx context.Context, req *wsRequest, a admission, wait bool) (admission, *refusal) {
+	var err error
+	if a.claims, err = n.authenticate(ctx, req, wait); err != nil {
+		f := authRefusal(err)
+		if !wait && errors.Is(err, auth.ErrTokenKid) && n.keys.RefreshDue() {
+			f.awaitKeys = true
+		}
+		return a, f
 	}
 	if !n.ipConns.Acquire(req.ip) {
 		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many connections from "+req.ip)
@@ -313,18 +328,10 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	if n.cfg.MaxConnsPerIP > 0 {
 		c.ip = a.ip // the connection releases its IP slot when it ends
 	}
-	if len(a.claims.Rooms) > 0 || len(a.claims.Pub) > 0 {
-		c.meta = &connMeta{claims: a.claims}
+	if g := grants(a.claims); g != nil || a.device != "" {
+		c.meta = &connMeta{claims: g, device: a.device}
 	}
-	if a.device != "" {
-		if c.meta == nil {
-			c.meta = &connMeta{}
-		}
-		c.meta.device = a.device
-	}
-	if !a.claims.ExpiresAt.IsZero() {
-		c.exp = a.claims.ExpiresAt.Unix()
-	}
+	c.exp = n.connExp(a.claims)
 	n.metrics.ConnectionsTotal.Inc()
 	n.accepted.Add(1)
 	return c
@@ -348,6 +355,9 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	defer n.endHandshake()
 	req := requestOf(r)
 	a, f := n.admit(&req)
+	if f != nil && f.awaitKeys {
+		a, f = n.admitToken(r.Context(), &req, a, true)
+	}
 	if f == nil {
 		if f = n.checkUserLimit(r.Context(), a.claims.Subject); f != nil {
 			n.release(&a)
@@ -387,30 +397,62 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 }
 
 // authenticate verifies the token (or, in insecure mode, takes ?user=).
-func (n *Node) authenticate(req *wsRequest) (*auth.Claims, error) {
+// With wait, a token that names a kid the key set lacks waits for one
+// refresh of the set (see verify).
+func (n *Node) authenticate(ctx context.Context, req *wsRequest, wait bool) (*auth.Claims, error) {
 	tok := n.token(req)
 	if tok == "" && n.cfg.AuthInsecure {
 		user := req.query.Get("user")
+		if user == "" {
+			return nil, errUnauthorized("insecure mode: the user query parameter is required")
+		}
 		if err := protocol.ValidName("user", user); err != nil {
-			return nil, errUnauthorized("insecure mode: the user query parameter is required (" + err.Error() + ")")
+			return nil, errBadName(err.Error())
 		}
 		return &auth.Claims{Subject: user, Rooms: []string{"*"}, Pub: []string{"user:*", "room:*"}}, nil
 	}
 	if tok == "" {
 		return nil, errUnauthorized("token missing: send Authorization: Bearer <jwt>, a bearer.<jwt> subprotocol or ?token=")
 	}
+	return n.verify(ctx, tok, wait)
+}
+
+// verify checks a client token. With wait, a token naming a kid that the
+// key set lacks waits for one refresh of the set (at most one fetch every
+// 30 s, shared by every waiter) and is checked again: a key added to the
+// set is accepted without a restart. Without wait it never blocks.
+func (n *Node) verify(ctx context.Context, tok string, wait bool) (*auth.Claims, error) {
 	if n.verifier == nil {
 		return nil, errUnauthorized("token verification is not configured on this node")
 	}
-	claims, err := n.verifier.Verify(tok, time.Now())
-	if err != nil {
-		return nil, err
+	claims, err := n.verifier.Verify(tok, time.Time{})
+	if err != nil && wait && errors.Is(err, auth.ErrTokenKid) && n.keys.Refresh(ctx) {
+		claims, err = n.verifier.Verify(tok, time.Time{})
 	}
-	if err := protocol.ValidName("sub", claims.Subject); err != nil {
-		return nil, errUnauthorized("token " + err.Error())
-	}
-	return claims, nil
+	return claims, err
 }
+
+// authRefusal answers a failed authentication: 400 for a user id with
+// characters no name may hold (the request is bad, not the credentials),
+// 503 while the key set has never been fetched, else 401.
+func authRefusal(err error) *refusal {
+	var bad errBadName
+	switch {
+	case errors.As(err, &bad) || errors.Is(err, auth.ErrTokenSubjectName):
+		return refuseWith(http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, auth.ErrKeysUnavailable):
+		f := refuseWith(http.StatusServiceUnavailable, "unavailable", err.Error())
+		f.retryAfter = 5 * time.Second
+		return f
+	}
+	return refuseWith(http.StatusUnauthorized, "unauthorized", err.Error())
+}
+
+// errBadName is a user id (?user= in insecure mode) that is not a valid
+// name.
+type errBadName string
+
+func (e errBadName) Error() string { return string(e) }
 
 type errUnauthorized string
 

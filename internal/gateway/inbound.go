@@ -79,6 +79,8 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 		}
 		_, err := c.n.Publish(ctx, PublishRequest{Target: *cf.Target, Event: cf.Event, Data: cf.Data, Class: "chat"})
 		c.reply(cf.ID, err, 0)
+	case protocol.TypeRefresh:
+		c.refresh(ctx, cf)
 	}
 }
 

@@ -39,6 +39,10 @@ import (
 // Version is set by the main package.
 var Version = "dev"
 
+// keySetMinInterval is the least time between two fetches of the JWKS
+// that unknown kids cause (zero: auth's default, 30 s); tests shorten it.
+var keySetMinInterval time.Duration
+
 // Node is one gateway process.
 type Node struct {
 	cfg     config.Gateway
@@ -47,6 +51,7 @@ type Node struct {
 	metrics *metrics.Metrics
 
 	verifier  *auth.Verifier
+	keys      *auth.KeySet // WSGATE_JWKS_URL; nil when unset
 	origins   *auth.OriginPolicy
 	hsLimiter *auth.RateLimiter
 	ipConns   *auth.ConnCounter
@@ -146,8 +151,22 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		}
 		pem = b
 	}
-	if cfg.JWTSecret != "" || pem != nil {
-		v, err := auth.NewVerifier(auth.VerifierConfig{HMACSecret: []byte(cfg.JWTSecret), PublicKeyPEM: pem, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience})
+	if cfg.JWKSURL != "" {
+		ks, err := auth.NewKeySet(auth.KeySetConfig{
+			URL: cfg.JWKSURL, Logger: n.log, MinInterval: keySetMinInterval,
+			OnFetch: func(result string) { n.metrics.KeySetFetches.WithLabelValues(result).Inc() },
+		})
+		if err != nil {
+			return nil, fmt.Errorf("WSGATE_JWKS_URL: %w", err)
+		}
+		n.keys = ks
+	}
+	if secrets := cfg.JWTSecrets(); len(secrets) > 0 || pem != nil || n.keys != nil {
+		v, err := auth.NewVerifier(auth.VerifierConfig{
+			HMACSecrets: secrets, PublicKeyPEM: pem, KeySet: n.keys,
+			Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
+			Leeway: cfg.JWTLeeway, MaxLifetime: cfg.JWTMaxLifetime,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -255,6 +274,17 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.goFunc(n.heartbeatLoop)
 	n.goFunc(n.sweepLoop)
+	if n.keys != nil {
+		// The first fetch, before the node serves; if it fails the node
+		// starts all the same and, until a fetch succeeds, tokens that
+		// need a key of the set are refused with 503 (authRefusal).
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if !n.keys.Refresh(kctx) {
+			n.log.Warn("JWKS not fetched at start; tokens that need its keys are refused with 503 until it is", "url", n.cfg.JWKSURL)
+		}
+		cancel()
+		n.goFunc(func() { n.keys.Run(n.ctx) })
+	}
 	if n.cfg.Warmup > 0 {
 		n.goFunc(n.warmupLoop)
 	}

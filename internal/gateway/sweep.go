@@ -11,7 +11,7 @@ import (
 
 // sweepLoop is the node's one timer: once a second it walks every
 // connection and sends due pings, closes connections silent for longer
-// than the pong timeout, whose token expired, whose catch-up did not finish in catchUpMax, whose socket has not taken
+// than the pong timeout, whose token expired (warning 30 s before), whose catch-up did not finish in catchUpMax, whose socket has not taken
 // a write for 10 s, or whose close handshake did not finish. One pass over
 // 15,000 connections costs well under a millisecond, and no connection
 // owns a timer.
@@ -88,6 +88,7 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 		c.closeLocked(protocol.CloseTokenExpired)
 		return
 	}
+	c.warnExpiringLocked(now)
 	if now >= c.nextPing {
 		c.nextPing = now + interval
 		if len(c.outq) < c.n.cfg.SendQueue {

@@ -32,7 +32,16 @@ type Metrics struct {
 	Closes            *prometheus.CounterVec // code
 	BusReceived       *prometheus.CounterVec // kind
 	RoomHistory       prometheus.Counter     // messages stored in reliable rooms' histories (v2)
+	TokenRefresh      *prometheus.CounterVec // result
+	KeySetFetches     *prometheus.CounterVec // result
 }
+
+// Results of a refresh frame (wsgate_token_refresh_total).
+const (
+	RefreshOK        = "ok"         // the new token replaced the connection's
+	RefreshInvalid   = "invalid"    // the token did not verify
+	RefreshOtherUser = "other_user" // a valid token for another sub
+)
 
 // Handshake rejection reasons.
 const (
@@ -83,7 +92,9 @@ func New() *Metrics {
 	m.BusReceived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_bus_received_total", Help: "Envelopes this node received from the cluster bus, by kind (message, kick, room, drain, done)."}, []string{"kind"})
 	m.RoomHistory = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_room_history_messages_total", Help: "Reliable room messages this node stored in their room's history."})
 	f(m.RoomHistory)
-	for _, c := range []prometheus.Collector{m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
+	m.TokenRefresh = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_token_refresh_total", Help: "Refresh frames, by result (ok, invalid, other_user)."}, []string{"result"})
+	m.KeySetFetches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_jwks_fetch_total", Help: "Fetches of the JWKS key set (WSGATE_JWKS_URL), by result (ok, error)."}, []string{"result"})
+	for _, c := range []prometheus.Collector{m.TokenRefresh, m.KeySetFetches, m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)
 	}
@@ -97,7 +108,7 @@ func New() *Metrics {
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
 		m.BackendLatency.WithLabelValues(op)
 	}
-	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "invalid"} {
+	for _, ty := range []string{"ping", "ack", "join", "leave", "publish", "refresh", "invalid"} {
 		m.ClientFrames.WithLabelValues(ty)
 	}
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
@@ -105,6 +116,9 @@ func New() *Metrics {
 	}
 	for _, r := range []string{DropQueueFull, DropNotifyWait, DropSlowClose, DropClosed, DropEncode, DropRateLimited} {
 		m.Dropped.WithLabelValues(r)
+	}
+	for _, r := range []string{RefreshOK, RefreshInvalid, RefreshOtherUser} {
+		m.TokenRefresh.WithLabelValues(r)
 	}
 	for _, r := range []string{RejectBadRequest, RejectUnauthorized, RejectOrigin, RejectRate, RejectConnLimit, RejectUnavailable} {
 		m.HandshakeRejected.WithLabelValues(r)
