@@ -526,7 +526,9 @@ export class Client extends EventTarget {
    * history answer. With `options.api` it reads the API's history
    * endpoint; otherwise it joins the room with `since` and collects the
    * replay until the reply (the user becomes a member; messages past the
-   * client's position are also emitted as `message` events).
+   * client's position are also emitted as `message` events). A connection
+   * never gets a room message twice, so the join form returns only what
+   * this connection has not received yet.
    * @param {string} room
    * @param {{since?: number, limit?: number}} [options]
    * @returns {Promise<{seq: number, messages: Message[]}>}

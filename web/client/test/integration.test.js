@@ -117,8 +117,14 @@ test('the package against a real node: rooms, reliable inbox with resume, device
   await rec.until('the room messages published while away', (s) => s.message.filter((m) => m.target.type === 'room' && m.seq).length === 5);
   assert.deepEqual(rec.seen.message.filter((m) => m.target.type === 'room' && m.seq).map((m) => m.seq), [1, 2, 3, 4, 5], 'room_since resumed in order, no duplicate');
 
-  const h = await alice.history('lobby', { since: 2, limit: 2 });
+  // History by join with since, on a connection that does not follow the
+  // room yet (one connection never gets a room message twice).
+  const carol = new Client({ url: node.url, user: 'carol', WebSocket: WS });
+  t.after(() => carol.close());
+  await carol.connect();
+  const h = await carol.history('lobby', { since: 2, limit: 2 });
   assert.deepEqual(h.messages.map((m) => m.data.text), ['r3', 'r4'], 'history by join with since');
+  assert.equal(carol.rooms.lobby, 5, 'the joined room is followed from its top');
   const viaApi = new Client({ url: node.url, user: 'alice', WebSocket: WS, api: node.base });
   t.after(() => viaApi.close());
   const h2 = await viaApi.history('lobby', { since: 0 });
