@@ -1,7 +1,8 @@
 # wsgate: build, test, fuzz, bench.
 #
-#   make test    installs what the tests need (redis-server, Chromium, protoc), then runs
-#                gofmt, vet, every test with the race detector, and the contract suite
+#   make test    installs what the tests need (redis-server, nats-server, Chromium,
+#                protoc, Node.js), then runs gofmt, vet, every test with the race
+#                detector, the JavaScript package's tests, and the contract suite
 #   make build   bin/wsgate
 #   make generate  the Go code of the protobuf API (proto/wsgate/v1)
 #   make fuzz    runs every fuzz target for FUZZTIME (default 30s)
@@ -11,7 +12,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 SHARED   ?= ../shared
 
-.PHONY: all build generate test test-go conformance deps vet fuzz bench clean
+.PHONY: all build generate test test-go test-js conformance deps vet fuzz bench clean
 
 all: build
 
@@ -32,7 +33,7 @@ vet:
 	$(GO) vet ./...
 	cd deploy/helmtest && $(GO) vet ./...
 
-test: deps vet test-go conformance
+test: deps vet test-go test-js conformance
 
 # deploy/helmtest (the Helm chart rendered by Helm's packages) is a module of
 # its own, keeping Helm out of the gateway's dependencies. Its tests render
@@ -41,6 +42,13 @@ test: deps vet test-go conformance
 test-go:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd deploy/helmtest && $(GO) test -count=1 ./...
+
+# The npm package @wsgate/client (web/client): its unit tests and an
+# integration test against bin/wsgate under Node's test runner, the package
+# as `npm pack` makes it compiled in a fresh TypeScript project, and
+# `tsc --noEmit` on the typed example. npm ci installs the locked devDependencies.
+test-js: build
+	cd web/client && npm ci --no-audit --no-fund --loglevel=error && WSGATE_BIN=$(CURDIR)/bin/wsgate npm test && npm run typecheck
 
 # The public contract suite, when the shared folder is beside the project.
 conformance: build

@@ -99,9 +99,18 @@ func TestDevConsoleAndDemo(t *testing.T) {
 	if node := signIn(alice, dev.base, "alice"); node != dev.id {
 		t.Fatalf("alice is served by %q, want %q", node, dev.id)
 	}
+	// A reliable lobby message published before bob signs in: the lobby
+	// shows it as history when bob joins.
+	if code := api(t, dev, "", "POST", "/api/v1/publish", map[string]any{
+		"target": map[string]string{"type": "room", "id": "lobby"}, "event": "notice",
+		"data": map[string]string{"from": "ops", "text": "Welcome to the lobby (kept in its history)"}, "reliable": true,
+	}, nil); code != 200 {
+		t.Fatalf("reliable lobby publish: %d", code)
+	}
 	bob := newPage(t, browser, "bob")
 	bob.navigate(dev.base + "/demo")
 	signIn(bob, dev.base, "bob")
+	waitText(bob, 10*time.Second, "Welcome to the lobby (kept in its history)")
 
 	// The console shows the two connections on the next refresh.
 	console.waitFor(10*time.Second, "2 connections on the node card", fmt.Sprintf(`document.querySelector('[data-node=%s] [data-field=connections]').textContent === '2'`, jsString(dev.id)))

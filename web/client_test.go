@@ -11,15 +11,16 @@ import (
 	"github.com/wsgate/wsgate/web"
 )
 
-// TestClientLibrary runs the unit tests of /client/wsgate.js
-// (testdata/client-test.js) in Chromium against a fake WebSocket: close
-// codes, full-jitter backoff, redirect, token refresh, resume, acks,
-// duplicates, requests.
+// TestClientLibrary runs the unit cases of the npm package
+// (client/test/cases.js, also run by `node --test`) in Chromium against a
+// fake WebSocket: close codes, full-jitter backoff, redirect, token
+// refresh, resume, acks, duplicates, requests, rooms, devices.
 func TestClientLibrary(t *testing.T) {
 	browser := newBrowser(t)
 	mux := http.NewServeMux()
 	web.Register(mux)
 	mux.Handle("GET /testdata/", http.StripPrefix("/testdata/", http.FileServer(http.Dir("testdata"))))
+	mux.Handle("GET /pkg/", http.StripPrefix("/pkg/", http.FileServer(http.Dir("client"))))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 

@@ -73,12 +73,13 @@ type node struct {
 	base string // http://127.0.0.1:port
 }
 
-// startDev runs `wsgate dev` on a free port and waits until it is ready.
-func startDev(t *testing.T) *node {
+// startDev runs `wsgate dev` on a free port, with env added, and waits
+// until it is ready.
+func startDev(t *testing.T, env ...string) *node {
 	t.Helper()
 	port := wsgatebin.FreePort(t)
 	n := &node{id: "dev1", port: port, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	n.Proc = start(t, "wsgate dev", []string{"WSGATE_NODE_ID=" + n.id}, wsgatebin.Path(t), "dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	n.Proc = start(t, "wsgate dev", append([]string{"WSGATE_NODE_ID=" + n.id}, env...), wsgatebin.Path(t), "dev", "--listen", fmt.Sprintf("127.0.0.1:%d", port))
 	waitReady(t, n, 20*time.Second)
 	return n
 }
@@ -178,6 +179,9 @@ func api(t *testing.T, n *node, key, method, path string, body any, out any) int
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	res, err := http.DefaultClient.Do(req.WithContext(ctx))
@@ -242,22 +246,35 @@ func newBrowser(t *testing.T) context.Context {
 // page is one browser tab (in its own browser context, so its storage is
 // its own) with helpers that fail the test.
 type page struct {
-	t    *testing.T
-	name string
-	ctx  context.Context
+	t     *testing.T
+	name  string
+	ctx   context.Context
+	close context.CancelFunc // closes the tab
 }
 
 // newPage opens a tab in a new browser context of browser and sets a
 // 1280x800 viewport.
 func newPage(t *testing.T, browser context.Context, name string) *page {
 	t.Helper()
-	ctx, cancel := chromedp.NewContext(browser, chromedp.WithNewBrowserContext())
+	return openTab(t, browser, name, chromedp.WithNewBrowserContext())
+}
+
+// newTab opens a tab in browser's default context: tabs opened so share
+// their origin's storage and SharedWorkers, as the tabs of one browser do.
+func newTab(t *testing.T, browser context.Context, name string) *page {
+	t.Helper()
+	return openTab(t, browser, name)
+}
+
+func openTab(t *testing.T, browser context.Context, name string, opts ...chromedp.ContextOption) *page {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browser, opts...)
 	t.Cleanup(cancel)
 	// The first Run binds the tab to its context: it must not have a timeout.
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("open tab %s: %v", name, err)
 	}
-	p := &page{t: t, name: name, ctx: ctx}
+	p := &page{t: t, name: name, ctx: ctx, close: cancel}
 	p.do(chromedp.EmulateViewport(1280, 800))
 	return p
 }

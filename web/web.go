@@ -1,6 +1,10 @@
 // Package web holds the browser side of wsgate, embedded in the binary:
 // the console at /, the demo chat at /demo and the JavaScript client at
 // /client/wsgate.js. Nothing is loaded from a CDN.
+//
+// The JavaScript client's source is client/wsgate.js, the module of the
+// npm package @wsgate/client (client/package.json): the binary embeds that
+// very file, so the served client and the package never differ.
 package web
 
 import (
@@ -11,6 +15,11 @@ import (
 
 //go:embed static
 var static embed.FS
+
+// client is the npm package's module alone (not its tests nor node_modules).
+//
+//go:embed client/wsgate.js
+var client embed.FS
 
 // PageCSP is the Content-Security-Policy of the console and the demo: their
 // own scripts, styles, images and API only, no inline script or style, no
@@ -24,7 +33,7 @@ func Register(mux *http.ServeMux) {
 	h := newHandlers()
 	mux.HandleFunc("GET /{$}", h.page("index.html"))
 	mux.HandleFunc("GET /demo", h.page("demo.html"))
-	mux.Handle("GET /client/", h.files)
+	mux.Handle("GET /client/", h.client)
 	mux.Handle("GET /assets/", h.files)
 }
 
@@ -33,7 +42,7 @@ func Register(mux *http.ServeMux) {
 // demo the demo chat with the assets it loads. The console is not served.
 func RegisterPublic(mux *http.ServeMux, demo bool) {
 	h := newHandlers()
-	mux.Handle("GET /client/wsgate.js", h.files)
+	mux.Handle("GET /client/wsgate.js", h.client)
 	if demo {
 		mux.HandleFunc("GET /demo", h.page("demo.html"))
 		for _, f := range demoAssets {
@@ -46,17 +55,21 @@ func RegisterPublic(mux *http.ServeMux, demo bool) {
 var demoAssets = []string{"base.css", "demo.css", "demo.js", "dom.js", "favicon.svg"}
 
 type handlers struct {
-	sub   fs.FS
-	files http.Handler
+	sub    fs.FS
+	files  http.Handler // static/
+	client http.Handler // client/wsgate.js
 }
 
 func newHandlers() *handlers {
 	sub, _ := fs.Sub(static, "static")
-	fileServer := http.FileServer(http.FS(sub))
-	return &handlers{sub: sub, files: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return &handlers{sub: sub, files: nosniff(http.FileServer(http.FS(sub))), client: nosniff(http.FileServerFS(client))}
+}
+
+func nosniff(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		fileServer.ServeHTTP(w, r)
-	})}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // page serves one HTML page with the pages' security headers.

@@ -1,6 +1,8 @@
 // wsgate demo chat: rooms and direct messages on top of /client/wsgate.js.
 // Everything lives in this page's memory; a reload starts a new session
 // (unacknowledged reliable messages come again, acknowledged ones do not).
+// A room shows its kept history (reliable room messages) on join, and its
+// position resumes with room_since on reconnect.
 
 import { Client } from '../client/wsgate.js';
 import { clock, h, hhmm, replace } from './dom.js';
@@ -247,7 +249,12 @@ $('composer').addEventListener('submit', (e) => {
 async function join(room, focus = true) {
   if (!client) return;
   try {
-    await client.join(room);
+    // Joining with since=0 replays what the room keeps: its reliable
+    // messages (published through the server API with "reliable"), shown
+    // as the room's history. Chat lines sent from this page are client
+    // publish frames, which are never kept (contract: not reliable).
+    const history = await client.history(room, { since: 0, limit: 50 });
+    for (const m of history.messages) onMessage(m);
     conv(`room:${room}`);
     if (focus) select(`room:${room}`);
     else renderSidebar();

@@ -5,8 +5,16 @@
  * one is given), reconnects with exponential backoff and full jitter,
  * resumes reliable messages with `since`, acknowledges them in batches,
  * drops duplicates, follows `redirect` frames of draining nodes and honours
- * every close code of the wsgate protocol (contract §3, §4). It keeps its
- * state in memory only: nothing is written to any storage.
+ * every close code of the wsgate protocol (contract §3, §4). Reliable rooms
+ * (§12) resume with `room_since` and deduplicate per room; a stable device
+ * id (kept in `localStorage`, the only thing the client stores) names the
+ * device whose acknowledgements the server keeps (§4.3); with a token
+ * function the token is refreshed in band on `expiring` (§15). With
+ * `shared: true` the tabs of one origin share one WebSocket through a
+ * SharedWorker that runs this same module.
+ *
+ * This file is the module of the npm package `@wsgate/client` and the one
+ * every gateway serves at `/client/wsgate.js`.
  *
  * @example
  * import { Client } from '/client/wsgate.js';
@@ -22,7 +30,7 @@
  */
 
 /** Version of this client. */
-export const VERSION = '1.0.0';
+export const VERSION = '2.0.0';
 
 /** The WebSocket subprotocol of wsgate; always offered. */
 export const SUBPROTOCOL = 'wsgate.v1';
@@ -175,6 +183,27 @@ export class WsgateError extends Error {
  *   runtimes without a global one, and tests).
  * @property {typeof fetch} [fetch] fetch function (for tests).
  * @property {() => number} [random] random source in [0, 1) (for tests).
+ * @property {string|null} [device] the device id sent as `device`
+ *   (`[A-Za-z0-9_.-]{1,64}`). Default: one generated once and kept in
+ *   `localStorage` under `wsgate.device` (in memory where there is no
+ *   storage). `null` sends none (the server's `default` device).
+ * @property {Storage} [storage] where the device id is kept (default
+ *   `localStorage`).
+ * @property {Record<string, number>} [roomSince] resume points of reliable
+ *   rooms for the first connection (room to seq, positions the application
+ *   kept); later connections resume from the last seq received per room.
+ * @property {string} [api] base URL of a server API the page may call (a
+ *   `wsgate dev` node, or the application's own proxy of it): history()
+ *   then reads `GET <api>/api/v1/rooms/{room}/history` instead of joining
+ *   with `since`.
+ * @property {Record<string, string>} [apiHeaders] headers of those calls.
+ * @property {boolean} [shared] share one WebSocket between the tabs of this
+ *   origin through a SharedWorker (falls back to one connection per tab
+ *   where SharedWorker is missing).
+ * @property {string|URL} [sharedWorkerUrl] the module the SharedWorker runs
+ *   (default: this module's own URL; it must be of the page's origin).
+ * @property {string} [sharedName] name of the SharedWorker: tabs with the
+ *   same name share a connection (default: from url, allocator and user).
  */
 
 /**
@@ -185,7 +214,10 @@ export class WsgateError extends Error {
  * @property {*} data
  * @property {number} ts publish time, Unix ms
  * @property {{type: string, id: string}} target
- * @property {number} [seq] present exactly for reliable user messages
+ * @property {number} [seq] present exactly for reliable messages: per user
+ *   for user targets, per room for reliable rooms
+ * @property {string} [from] the user whose `publish` frame sent it (set by
+ *   the server)
  */
 
 /**
@@ -229,9 +261,11 @@ const hasWindow = typeof window !== 'undefined' && typeof window.addEventListene
  * | type | detail |
  * | --- | --- |
  * | `state` | {@link StateDetail} |
- * | `welcome` | the welcome frame: `{conn_id, node, user, ping_interval_ms, inbox_seq}` |
+ * | `welcome` | the welcome frame: `{conn_id, node, user, ping_interval_ms, inbox_seq, device, rooms}` |
  * | `message` | {@link Message} |
- * | `gap` | `{from, to, missed}`: reliable messages that will never come |
+ * | `gap` | `{from, to, missed, target?}`: reliable messages that will never come (`target` `{type:'room', id}` for a room) |
+ * | `expiring` | `{exp}`: the token expires at `exp` (Unix s), 30 s from now |
+ * | `refresh` | `{ok, exp?, code?, message?}`: an in-band token refresh ended |
  * | `redirect` | `{url, reason, retry_after_ms}`: the node drains |
  * | `error` | `{code, message}`: an `error` frame no request was waiting for, a refused connection, a stop code (1008, 1009) |
  * | `close` | `{code, reason, wasClean, reconnect, delay}` for every connection or attempt that ends |
@@ -276,6 +310,16 @@ export class Client extends EventTarget {
   #ackedSeq = 0;
   #unacked = 0;
 
+  /** @type {string|null} */
+  #device = null;
+  /** Reliable rooms: room to the highest seq received (or the base). @type {Map<string, number>} */
+  #rooms = new Map();
+  /** history() calls collecting a room's replay. @type {Set<{room: string, since: number, got: Message[]}>} */
+  #collectors = new Set();
+  #refreshing = null;
+  /** The shared connection of this tab, when options.shared found a SharedWorker. */
+  #link = null;
+
   #nextId = 1;
   /** @type {Map<string, {resolve: Function, reject: Function, timer: any}>} */
   #pending = new Map();
@@ -287,7 +331,7 @@ export class Client extends EventTarget {
   #welcome = null;
   #onOnline = () => this.#online();
 
-  #stats = { connects: 0, reconnects: 0, messages: 0, duplicates: 0, acks: 0, gaps: 0, missed: 0 };
+  #stats = { connects: 0, reconnects: 0, messages: 0, duplicates: 0, acks: 0, gaps: 0, missed: 0, refreshes: 0 };
 
   /**
    * @param {ClientOptions} [options]
@@ -317,32 +361,63 @@ export class Client extends EventTarget {
     this.#random = o.random ?? Math.random;
     if (typeof this.#WS !== 'function') throw new TypeError('wsgate: no WebSocket implementation (pass options.WebSocket)');
     if (!o.url && !o.allocator && !(hasWindow && window.location)) throw new TypeError('wsgate: give options.url or options.allocator');
+    if (o.roomSince != null) {
+      for (const [room, seq] of Object.entries(o.roomSince)) {
+        if (!(Number.isInteger(seq) && seq >= 0)) throw new TypeError(`wsgate: roomSince[${JSON.stringify(room)}] must be a non-negative integer`);
+        this.#rooms.set(room, seq);
+      }
+    }
+    this.#device = resolveDevice(o.device, o.storage);
     this.#o = o;
+    if (o.shared && typeof SharedWorker === 'function' && !inWorker) {
+      try {
+        this.#link = new SharedLink(this, o, this.#device, (type, detail) => this.#emit(type, detail));
+      } catch {
+        this.#link = null; // a worker that cannot start: one connection for this tab
+      }
+    }
   }
 
   // ---- public state -------------------------------------------------------
 
   /** The connection state. @type {State} */
-  get state() { return this.#state; }
+  get state() { return this.#link ? this.#link.snap.state : this.#state; }
   /** Node serving the open connection, else null. @type {string|null} */
-  get node() { return this.#opened ? this.#welcome?.node ?? null : null; }
+  get node() { return this.#link ? this.#link.snap.node : this.#opened ? this.#welcome?.node ?? null : null; }
   /** Connection id of the open connection, else null. @type {string|null} */
-  get connId() { return this.#opened ? this.#welcome?.conn_id ?? null : null; }
+  get connId() { return this.#link ? this.#link.snap.connId : this.#opened ? this.#welcome?.conn_id ?? null : null; }
   /** User id the server gave the last connection. @type {string|null} */
-  get user() { return this.#welcome?.user ?? this.#o.user ?? null; }
+  get user() { return this.#link ? this.#link.snap.user ?? this.#o.user ?? null : this.#welcome?.user ?? this.#o.user ?? null; }
   /** The last welcome frame, or null. */
-  get welcome() { return this.#welcome ? { ...this.#welcome } : null; }
-  /** Highest reliable seq received (0 when none). @type {number} */
-  get lastSeq() { return this.#lastSeq; }
+  get welcome() {
+    const w = this.#link ? this.#link.snap.welcome : this.#welcome;
+    return w ? { ...w } : null;
+  }
+  /** Highest reliable user seq received (0 when none). @type {number} */
+  get lastSeq() { return this.#link ? this.#link.snap.lastSeq : this.#lastSeq; }
   /** URL of the current or last connection. @type {string|null} */
-  get url() { return this.#currentUrl; }
-  /** Counters since construction (a copy). */
-  get stats() { return { ...this.#stats, lastSeq: this.#lastSeq, ackedSeq: this.#ackedSeq }; }
+  get url() { return this.#link ? this.#link.snap.url : this.#currentUrl; }
+  /** The device id sent as `device`, or null. @type {string|null} */
+  get device() { return this.#device; }
+  /** Positions of the reliable rooms: room to the highest seq received (a copy). @type {Record<string, number>} */
+  get rooms() { return this.#link ? { ...this.#link.snap.rooms } : Object.fromEntries(this.#rooms); }
+  /** True when this tab shares a SharedWorker's connection. @type {boolean} */
+  get shared() { return this.#link != null; }
+  /** Counters since construction (a copy; of the shared connection in shared mode). */
+  get stats() { return this.#link ? { ...this.#link.snap.stats } : { ...this.#stats, lastSeq: this.#lastSeq, ackedSeq: this.#ackedSeq }; }
+
+  /** The snapshot a SharedWorker sends its tabs. @internal */
+  snapshot() {
+    return {
+      state: this.#state, node: this.node, connId: this.connId, user: this.user, welcome: this.welcome,
+      lastSeq: this.#lastSeq, url: this.#currentUrl, rooms: this.rooms, stats: this.stats,
+    };
+  }
 
   /**
    * Adds a listener that receives the event's detail. Returns a function
    * that removes it.
-   * @param {'state'|'welcome'|'message'|'gap'|'redirect'|'error'|'close'} type
+   * @param {'state'|'welcome'|'message'|'gap'|'redirect'|'error'|'close'|'expiring'|'refresh'} type
    * @param {(detail: any) => void} fn
    * @returns {() => void}
    */
@@ -364,6 +439,7 @@ export class Client extends EventTarget {
    * @returns {Promise<object>} the welcome frame
    */
   connect() {
+    if (this.#link) return this.#link.call('connect', []);
     const p = new Promise((resolve, reject) => {
       if (this.#running && this.#opened) {
         resolve({ ...this.#welcome });
@@ -391,6 +467,7 @@ export class Client extends EventTarget {
    * @returns {Promise<void>}
    */
   close() {
+    if (this.#link) return this.#link.detach();
     const ws = this.#ws;
     const wasOpen = this.#opened;
     this.#stop('closed', 'closed by the client', CloseCode.NORMAL, 'closed by the client');
@@ -410,21 +487,151 @@ export class Client extends EventTarget {
 
   /**
    * Joins a room with the user's identity (all the user's connections get
-   * the room, contract §4.2). Resolves with the reply frame.
+   * the room, contract §4.2). Resolves with the reply frame. For a reliable
+   * room whose position the client knows, it joins with `since` = that
+   * position, so what was missed comes first (§12); `options.since` sets
+   * the position (0: the whole kept history).
    * @param {string} room
+   * @param {{since?: number}} [options]
    * @returns {Promise<{type: 'reply', id: string, ok: true}>}
    */
-  join(room) {
-    return this.#request({ type: 'join', room: String(room) });
+  join(room, options = {}) {
+    if (this.#link) return this.#link.call('join', [room, options]);
+    room = String(room);
+    const frame = { type: 'join', room };
+    const since = options.since ?? this.#rooms.get(room);
+    if (since != null) {
+      if (!(Number.isInteger(since) && since >= 0)) return Promise.reject(new WsgateError('bad_request', 'wsgate: since must be a non-negative integer'));
+      frame.since = since;
+      if (options.since != null && (this.#rooms.get(room) ?? Infinity) > since) this.#rooms.set(room, since);
+    }
+    return this.#request(frame);
   }
 
   /**
-   * Leaves a room. Resolves with the reply frame.
+   * Leaves a room. Resolves with the reply frame. In shared mode the room
+   * is left on the server once no other tab holds it.
    * @param {string} room
    * @returns {Promise<{type: 'reply', id: string, ok: true}>}
    */
   leave(room) {
-    return this.#request({ type: 'leave', room: String(room) });
+    if (this.#link) return this.#link.call('leave', [room]);
+    room = String(room);
+    return this.#request({ type: 'leave', room }).then((r) => { this.#rooms.delete(room); return r; });
+  }
+
+  /**
+   * The kept messages of a reliable room with seq > `since`, oldest first,
+   * at most `limit` (default 100): `{seq, messages}` as the server API's
+   * history answer. With `options.api` it reads the API's history
+   * endpoint; otherwise it joins the room with `since` and collects the
+   * replay until the reply (the user becomes a member; messages past the
+   * client's position are also emitted as `message` events). A connection
+   * never gets a room message twice, so the join form returns only what
+   * this connection has not received yet.
+   * @param {string} room
+   * @param {{since?: number, limit?: number}} [options]
+   * @returns {Promise<{seq: number, messages: Message[]}>}
+   */
+  async history(room, options = {}) {
+    if (this.#link) return this.#link.call('history', [room, options]);
+    room = String(room);
+    const since = options.since ?? 0;
+    const limit = options.limit ?? 100;
+    if (!(Number.isInteger(since) && since >= 0)) throw new WsgateError('bad_request', 'wsgate: since must be a non-negative integer');
+    if (!(Number.isInteger(limit) && limit > 0)) throw new WsgateError('bad_request', 'wsgate: limit must be a positive integer');
+    if (this.#o.api) return this.#fetchHistory(room, since, limit);
+    const c = { room, since, got: [] };
+    this.#collectors.add(c);
+    try {
+      await this.#request({ type: 'join', room, since });
+    } finally {
+      this.#collectors.delete(c);
+    }
+    const top = Math.max(this.#rooms.get(room) ?? 0, ...c.got.map((m) => m.seq));
+    return { seq: top, messages: c.got.slice(0, limit) };
+  }
+
+  async #fetchHistory(room, since, limit) {
+    if (typeof this.#fetch !== 'function') throw new WsgateError('bad_request', 'wsgate: no fetch implementation for history');
+    const base = String(this.#o.api).replace(/\/+$/, '');
+    const u = new URL(`${base}/api/v1/rooms/${encodeURIComponent(room)}/history`, hasWindow ? window.location.href : undefined);
+    u.searchParams.set('since', String(since));
+    u.searchParams.set('limit', String(limit));
+    let res;
+    try {
+      res = await this.#fetch(u.toString(), { cache: 'no-store', headers: { ...(this.#o.apiHeaders ?? {}) } });
+    } catch (err) {
+      throw new WsgateError('unavailable', `wsgate: history: ${err?.message ?? err}`);
+    }
+    let body = null;
+    try { body = await res.json(); } catch { /* not JSON */ }
+    if (!res.ok || !body || !Array.isArray(body.messages)) {
+      throw new WsgateError(body?.error?.code ?? 'history_failed', `wsgate: history answered ${res.status}${body?.error?.message ? ': ' + body.error.message : ''}`);
+    }
+    return { seq: Number(body.seq) || 0, messages: body.messages.map(toMessage) };
+  }
+
+  /**
+   * Sends a new token in band (`refresh` frame, §15): its `exp` replaces the
+   * connection's. Without an argument the token function of the options
+   * is called. Resolves with the reply; the token is also the one of the
+   * next connection. Emits `refresh`.
+   * @param {string} [token]
+   * @returns {Promise<{type: 'reply', id: string, ok: true}>}
+   */
+  refresh(token) {
+    if (this.#link) return this.#link.call('refresh', [token]);
+    const p = this.#refresh(token);
+    p.catch(() => {});
+    return p;
+  }
+
+  async #refresh(token) {
+    try {
+      if (token == null) {
+        if (typeof this.#o.token !== 'function') throw new WsgateError('token_failed', 'wsgate: refresh() needs a token or options.token as a function');
+        try {
+          token = await this.#o.token();
+        } catch (err) {
+          throw new WsgateError('token_failed', `wsgate: the token function failed: ${err?.message ?? err}`);
+        }
+      }
+      if (typeof token !== 'string' || token === '') throw new WsgateError('token_failed', 'wsgate: no token to refresh with');
+      const r = await this.#request({ type: 'refresh', token });
+      this.#token = token;
+      this.#needToken = false;
+      this.#stats.refreshes++;
+      this.#emit('refresh', { ok: true, exp: claim(token, 'exp') });
+      return r;
+    } catch (err) {
+      this.#emit('refresh', { ok: false, code: err?.code ?? 'refresh_failed', message: String(err?.message ?? err) });
+      throw err;
+    }
+  }
+
+  /**
+   * Sends an event to the business (`send` frame, §13). Resolves with the
+   * reply once the upstream accepted it.
+   * @param {string} event
+   * @param {*} [data]
+   * @returns {Promise<{type: 'reply', id: string, ok: true}>}
+   */
+  send(event, data = null) {
+    if (this.#link) return this.#link.call('send', [event, data]);
+    return this.#request({ type: 'send', event: String(event ?? ''), data });
+  }
+
+  /**
+   * A request to the business (`rpc` frame, §13): resolves with the reply's
+   * `result`, rejects with its error.
+   * @param {string} method
+   * @param {*} [data]
+   * @returns {Promise<any>}
+   */
+  rpc(method, data = null) {
+    if (this.#link) return this.#link.call('rpc', [method, data]);
+    return this.#request({ type: 'rpc', method: String(method ?? ''), data }).then((r) => r.result);
   }
 
   /**
@@ -438,6 +645,7 @@ export class Client extends EventTarget {
    * @returns {Promise<{type: 'reply', id: string, ok: true}>}
    */
   publish(target, event, data = null) {
+    if (this.#link) return this.#link.call('publish', [target, event, data]);
     let t = target;
     if (typeof t === 'string') {
       const i = t.indexOf(':');
@@ -456,6 +664,7 @@ export class Client extends EventTarget {
    * @returns {Promise<number>}
    */
   ping() {
+    if (this.#link) return this.#link.call('ping', []);
     if (!this.#opened || this.#ws?.readyState !== 1) {
       return Promise.reject(new WsgateError('not_connected', 'wsgate: not connected'));
     }
@@ -477,6 +686,7 @@ export class Client extends EventTarget {
    * waiting for `ackEvery` / `ackDelay`.
    */
   flushAck() {
+    if (this.#link) { this.#link.call('flushAck', []).catch(() => {}); return; }
     if (this.#opened && this.#ws) this.#flushAckOn(this.#ws);
   }
 
@@ -526,7 +736,8 @@ export class Client extends EventTarget {
 
       let token = null;
       if (typeof this.#o.token === 'function') {
-        if (this.#needToken || this.#token == null) {
+        // A kept token that expires within 30 s would be refused or cut: renew it first.
+        if (this.#needToken || this.#token == null || (claim(this.#token, 'exp') ?? Infinity) * 1000 - Date.now() < 30000) {
           try {
             token = await this.#o.token();
           } catch (err) {
@@ -538,6 +749,8 @@ export class Client extends EventTarget {
           this.#needToken = false;
         }
         token = this.#token;
+      } else if (this.#token) {
+        token = this.#token; // a string token replaced by refresh(token)
       } else if (typeof this.#o.token === 'string' && this.#o.token !== '') {
         token = this.#o.token;
       }
@@ -545,6 +758,8 @@ export class Client extends EventTarget {
       const u = new URL(toWsUrl(target));
       if (!token && this.#o.user) u.searchParams.set('user', this.#o.user);
       if (this.#hasSeq) u.searchParams.set('since', String(this.#lastSeq));
+      if (this.#device) u.searchParams.set('device', this.#device);
+      for (const [room, seq] of this.#rooms) u.searchParams.append('room_since', `${room}:${seq}`);
       const protocols = token ? [SUBPROTOCOL, 'bearer.' + token] : [SUBPROTOCOL];
       this.#currentUrl = u.toString();
       this.#stats.connects++;
@@ -629,6 +844,7 @@ export class Client extends EventTarget {
         this.#emit('redirect', { url: f.url, reason: f.reason, retry_after_ms: f.retry_after_ms });
         return;
       case 'error': return this.#onErrorFrame(f);
+      case 'expiring': return this.#onExpiring(f);
       default: // unknown types are ignored (forward compatibility)
     }
   }
@@ -642,6 +858,18 @@ export class Client extends EventTarget {
       conn_id: f.conn_id, node: f.node, user: f.user,
       ping_interval_ms: f.ping_interval_ms, inbox_seq: f.inbox_seq,
     };
+    if (f.device !== undefined) this.#welcome.device = f.device;
+    if (f.rooms && typeof f.rooms === 'object') {
+      this.#welcome.rooms = { ...f.rooms };
+      // A room seen for the first time starts at its current seq (nothing is
+      // replayed for it); a position above the room's seq belongs to a lost
+      // history: the room's seq becomes the base (§12).
+      for (const [room, top] of Object.entries(f.rooms)) {
+        if (!Number.isInteger(top) || top < 0) continue;
+        const pos = this.#rooms.get(room);
+        if (pos == null || pos > top) this.#rooms.set(room, top);
+      }
+    }
     // The server never assigned a seq above inbox_seq: a larger lastSeq
     // belongs to a wiped inbox and would make every new message a "duplicate".
     if (Number.isInteger(f.inbox_seq) && this.#hasSeq && f.inbox_seq < this.#lastSeq) {
@@ -661,13 +889,26 @@ export class Client extends EventTarget {
   #onMessage(f) {
     this.#gotMessage = true;
     const seq = Number.isInteger(f.seq) && f.seq > 0 ? f.seq : 0;
+    const room = f.target?.type === 'room' && typeof f.target.id === 'string' ? f.target.id : null;
+    if (seq && room != null) {
+      // A reliable room: its own seq space, deduplicated per room, never acknowledged.
+      const m = toMessage(f);
+      for (const c of this.#collectors) if (c.room === room && seq > c.since) c.got.push(m);
+      if (seq <= (this.#rooms.get(room) ?? 0)) {
+        this.#stats.duplicates++;
+        return;
+      }
+      this.#rooms.set(room, seq);
+      this.#stats.messages++;
+      this.#emit('message', m);
+      return;
+    }
     if (seq && this.#hasSeq && seq <= this.#lastSeq) {
       this.#stats.duplicates++;
       return;
     }
     this.#stats.messages++;
-    /** @type {Message} */
-    const m = { id: f.id, event: f.event, data: f.data, ts: f.ts, target: f.target };
+    const m = toMessage(f);
     if (seq) {
       m.seq = seq;
       this.#lastSeq = seq;
@@ -728,11 +969,27 @@ export class Client extends EventTarget {
     this.#stats.gaps++;
     this.#stats.missed += Number(f.missed) || 0;
     // from..to will never come: resume after them.
+    if (f.target?.type === 'room' && typeof f.target.id === 'string') {
+      const room = f.target.id;
+      if (Number.isInteger(f.to) && f.to > (this.#rooms.get(room) ?? 0)) this.#rooms.set(room, f.to);
+      this.#emit('gap', { from: f.from, to: f.to, missed: f.missed, target: { type: 'room', id: room } });
+      return;
+    }
     if (Number.isInteger(f.to) && f.to > this.#lastSeq) {
       this.#lastSeq = f.to;
       this.#hasSeq = true;
     }
     this.#emit('gap', { from: f.from, to: f.to, missed: f.missed });
+  }
+
+  #onExpiring(f) {
+    this.#emit('expiring', { exp: f.exp });
+    // With a token function, renew in band before exp; without one the
+    // server closes with 4401 at exp and the client stops (a fixed token).
+    if (typeof this.#o.token !== 'function' || this.#refreshing) return;
+    this.#refreshing = this.#refresh().catch((err) => {
+      this.#emit('error', { code: err?.code ?? 'refresh_failed', message: String(err?.message ?? err) });
+    }).finally(() => { this.#refreshing = null; });
   }
 
   #onErrorFrame(f) {
@@ -912,6 +1169,48 @@ function now() {
   return typeof performance !== 'undefined' ? performance.now() : Date.now();
 }
 
+/** The message of a `message` frame, as events give it. */
+function toMessage(f) {
+  /** @type {Message} */
+  const m = { id: f.id, event: f.event, data: f.data, ts: f.ts, target: f.target };
+  if (Number.isInteger(f.seq) && f.seq > 0) m.seq = f.seq;
+  if (f.from !== undefined) m.from = f.from;
+  return m;
+}
+
+const DEVICE_KEY = 'wsgate.device';
+const DEVICE_RE = /^[A-Za-z0-9_.-]{1,64}$/;
+
+/**
+ * The device id: the one given, else the one kept in storage (generated
+ * and stored the first time), else a new one for this client's lifetime.
+ */
+function resolveDevice(given, storage) {
+  if (given === null) return null;
+  if (given !== undefined) {
+    if (typeof given !== 'string' || !DEVICE_RE.test(given)) throw new TypeError('wsgate: device must match [A-Za-z0-9_.-]{1,64}');
+    return given;
+  }
+  let st = storage;
+  if (st === undefined) {
+    try { st = globalThis.localStorage; } catch { st = undefined; } // blocked storage throws
+  }
+  try {
+    const kept = st?.getItem(DEVICE_KEY);
+    if (typeof kept === 'string' && DEVICE_RE.test(kept)) return kept;
+  } catch { /* unreadable storage */ }
+  const id = newDeviceId();
+  try { st?.setItem(DEVICE_KEY, id); } catch { /* full or blocked: in memory only */ }
+  return id;
+}
+
+function newDeviceId() {
+  const b = new Uint8Array(12);
+  if (globalThis.crypto?.getRandomValues) globalThis.crypto.getRandomValues(b);
+  else for (let i = 0; i < b.length; i++) b[i] = Math.floor(Math.random() * 256);
+  return 'd-' + [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+}
+
 function stripUndefined(o) {
   const out = {};
   for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
@@ -930,14 +1229,261 @@ function toWsUrl(raw) {
 
 /** The unverified `sub` claim of a JWT, for the allocator's query. */
 function subject(token) {
-  if (typeof token !== 'string') return '';
+  const sub = claim(token, 'sub');
+  return typeof sub === 'string' ? sub : '';
+}
+
+/** An unverified claim of a JWT (undefined when unreadable). */
+function claim(token, name) {
+  if (typeof token !== 'string') return undefined;
   const part = token.split('.')[1];
-  if (!part) return '';
+  if (!part) return undefined;
   try {
     const json = atob(part.replace(/-/g, '+').replace(/_/g, '/').padEnd(Math.ceil(part.length / 4) * 4, '='));
-    const sub = JSON.parse(json).sub;
-    return typeof sub === 'string' ? sub : '';
+    return JSON.parse(json)[name];
   } catch {
-    return '';
+    return undefined;
   }
 }
+
+// ---- shared mode -------------------------------------------------------------
+
+/** Events a SharedWorker forwards to its tabs. */
+const EVENT_TYPES = ['state', 'welcome', 'message', 'gap', 'redirect', 'error', 'close', 'expiring', 'refresh'];
+
+const inWorker = typeof SharedWorkerGlobalScope === 'function' && globalThis instanceof SharedWorkerGlobalScope;
+
+/** The options a tab hands its SharedWorker: serializable, URLs absolute. */
+function sharedOptions(o, device) {
+  const keys = ['user', 'format', 'minBackoff', 'maxBackoff', 'ackEvery', 'ackDelay', 'since', 'requestTimeout',
+    'handshakeTimeout', 'pongTimeout', 'roomSince', 'apiHeaders'];
+  const out = {};
+  for (const k of keys) if (o[k] !== undefined) out[k] = o[k];
+  const base = hasWindow && window.location ? window.location.href : undefined;
+  if (o.url || !o.allocator) out.url = toWsUrl(o.url || '/ws');
+  if (o.allocator) out.allocator = new URL(String(o.allocator), base).toString();
+  if (o.api) out.api = new URL(String(o.api), base).toString();
+  out.device = device;
+  if (typeof o.token === 'function') out.tokenFn = true;
+  else if (o.token != null) out.token = o.token;
+  return out;
+}
+
+/**
+ * A tab's side of a shared connection: method calls go to the SharedWorker,
+ * its events come back and are emitted by the tab's Client.
+ */
+class SharedLink {
+  snap = { state: 'closed', node: null, connId: null, user: null, welcome: null, lastSeq: 0, url: null, rooms: {}, stats: {} };
+  #port;
+  #next = 1;
+  /** @type {Map<number, {resolve: Function, reject: Function}>} */
+  #pending = new Map();
+  #o;
+  #emit;
+
+  constructor(client, o, device, emit) {
+    this.#o = o;
+    this.#emit = emit;
+    const hello = { t: 'hello', options: sharedOptions(o, device) };
+    const name = o.sharedName ?? `wsgate ${hello.options.url ?? ''} ${hello.options.allocator ?? ''} ${o.user ?? ''}`;
+    const worker = new SharedWorker(o.sharedWorkerUrl ?? import.meta.url, { type: 'module', name });
+    worker.onerror = () => emit('error', { code: 'shared_worker_failed', message: 'wsgate: the SharedWorker failed to start' });
+    this.#port = worker.port;
+    this.#port.onmessage = (e) => this.#onMessage(e.data);
+    this.#port.postMessage(hello);
+    if (hasWindow) {
+      // The worker keeps the connection for the other tabs; this tab's
+      // subscriptions end with it (and come back from the back/forward cache).
+      window.addEventListener('pagehide', () => this.#port.postMessage({ t: 'bye' }));
+      window.addEventListener('pageshow', (e) => { if (e.persisted) this.#port.postMessage(hello); });
+    }
+  }
+
+  call(method, args) {
+    return new Promise((resolve, reject) => {
+      const id = this.#next++;
+      this.#pending.set(id, { resolve, reject });
+      try {
+        this.#port.postMessage({ t: 'call', id, method, args });
+      } catch (err) {
+        this.#pending.delete(id);
+        reject(new WsgateError('bad_request', `wsgate: ${method}: ${err?.message ?? err}`));
+      }
+    });
+  }
+
+  /** close() of a tab: it leaves the shared connection, which closes with the last tab. */
+  async detach() {
+    await this.call('close', []);
+    const previous = this.snap.state;
+    this.snap = { ...this.snap, state: 'closed', node: null, connId: null };
+    if (previous !== 'closed') this.#emit('state', { state: 'closed', previous, node: null, attempt: 0 });
+  }
+
+  async #onMessage(d) {
+    if (!d || typeof d !== 'object') return;
+    switch (d.t) {
+      case 'event':
+        this.snap = d.snap;
+        this.#emit(d.type, d.detail);
+        return;
+      case 'snap':
+        this.snap = d.snap;
+        return;
+      case 'reply': {
+        if (d.snap) this.snap = d.snap;
+        const p = this.#pending.get(d.id);
+        if (!p) return;
+        this.#pending.delete(d.id);
+        if (d.ok) p.resolve(d.value);
+        else p.reject(new WsgateError(d.error.code, d.error.message, d.error));
+        return;
+      }
+      case 'token': // the worker needs a token (connect, 4401, expiring) from a tab's function
+        try {
+          const token = await this.#o.token();
+          this.#port.postMessage({ t: 'token', id: d.id, token });
+        } catch (err) {
+          this.#port.postMessage({ t: 'token', id: d.id, error: String(err?.message ?? err) });
+        }
+        return;
+      default:
+    }
+  }
+}
+
+/**
+ * The SharedWorker side: one Client for every tab that connects. Each tab
+ * has its own rooms: a room message goes to the tabs that joined the room
+ * (to every tab when none did: a membership made by the server API); every
+ * other event goes to every tab. The connection, its acknowledgements and
+ * positions live here, so they outlive the tab that opened them.
+ */
+function hostSharedWorker(scope) {
+  /** @type {Client|null} */
+  let client = null;
+  /** @type {Map<MessagePort, {rooms: Set<string>, attached: boolean}>} */
+  const ports = new Map();
+  let nextAsk = 1;
+  const asks = new Map();
+  const post = (port, msg) => { try { port.postMessage(msg); } catch { /* a tab that went away */ } };
+  const live = () => [...ports].filter(([, s]) => s.attached);
+
+  function broadcast(type, detail) {
+    const snap = client.snapshot();
+    let targets = live();
+    if (type === 'message' && detail?.target?.type === 'room') {
+      const holders = targets.filter(([, s]) => s.rooms.has(detail.target.id));
+      if (holders.length) targets = holders;
+    }
+    for (const [port] of targets) post(port, { t: 'event', type, detail, snap });
+  }
+
+  function ask(port) {
+    return new Promise((resolve, reject) => {
+      const id = nextAsk++;
+      const timer = setTimeout(() => { asks.delete(id); reject(new Error('no answer')); }, 10000);
+      asks.set(id, { resolve, reject, timer });
+      post(port, { t: 'token', id });
+    });
+  }
+
+  // The token function of the shared client: the newest tab first, then the others.
+  async function askToken() {
+    let last = null;
+    for (const [port] of live().reverse()) {
+      try { return await ask(port); } catch (err) { last = err; }
+    }
+    throw new Error(`no tab gave a token${last ? ': ' + last.message : ''}`);
+  }
+
+  function gone(port) {
+    if (!ports.delete(port)) return;
+    if (client && live().length === 0) client.close();
+  }
+
+  async function call(st, method, args) {
+    switch (method) {
+      case 'connect':
+        st.attached = true;
+        return client.connect();
+      case 'close':
+        st.attached = false;
+        st.rooms.clear();
+        if (live().length === 0) await client.close();
+        return undefined;
+      case 'join':
+      case 'history': {
+        const room = String(args[0]);
+        const had = st.rooms.has(room);
+        st.rooms.add(room); // before the request: the replay comes before the reply
+        try {
+          return await client[method](room, args[1] ?? {});
+        } catch (err) {
+          if (!had) st.rooms.delete(room);
+          throw err;
+        }
+      }
+      case 'leave': {
+        const room = String(args[0]);
+        st.rooms.delete(room);
+        if (live().some(([, s]) => s.rooms.has(room))) return { type: 'reply', id: '', ok: true }; // another tab holds it
+        return client.leave(room);
+      }
+      case 'publish': case 'ping': case 'refresh': case 'send': case 'rpc': case 'flushAck':
+        return client[method](...args);
+      default:
+        throw new WsgateError('bad_request', `wsgate: unknown method ${method}`);
+    }
+  }
+
+  async function onPortMessage(port, st, d) {
+    if (!d || typeof d !== 'object') return;
+    switch (d.t) {
+      case 'hello':
+        st.attached = true;
+        if (!client) {
+          const o = { ...d.options };
+          if (o.tokenFn) o.token = askToken;
+          delete o.tokenFn;
+          client = new Client(o);
+          for (const type of EVENT_TYPES) client.on(type, (detail) => broadcast(type, detail));
+        }
+        post(port, { t: 'snap', snap: client.snapshot() });
+        return;
+      case 'bye':
+        gone(port);
+        return;
+      case 'token': {
+        const a = asks.get(d.id);
+        if (!a) return;
+        asks.delete(d.id);
+        clearTimeout(a.timer);
+        if (typeof d.token === 'string' && d.token) a.resolve(d.token);
+        else a.reject(new Error(d.error || 'no token'));
+        return;
+      }
+      case 'call':
+        try {
+          if (!client) throw new WsgateError('not_connected', 'wsgate: the shared connection is not set up');
+          const value = await call(st, d.method, d.args ?? []);
+          post(port, { t: 'reply', id: d.id, ok: true, value, snap: client.snapshot() });
+        } catch (err) {
+          post(port, { t: 'reply', id: d.id, ok: false, error: { code: err?.code ?? 'error', message: String(err?.message ?? err), closeCode: err?.closeCode, closeReason: err?.closeReason } });
+        }
+        return;
+      default:
+    }
+  }
+
+  scope.addEventListener('connect', (e) => {
+    const port = e.ports[0];
+    const st = { rooms: new Set(), attached: true };
+    ports.set(port, st);
+    port.onmessage = (ev) => onPortMessage(port, st, ev.data);
+    port.addEventListener('close', () => gone(port)); // where MessagePort has a close event
+  });
+}
+
+if (inWorker) hostSharedWorker(globalThis);
