@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -20,10 +21,6 @@ const (
 // oldest first, at most M, each as the message frame members got, and the
 // room's last seq.
 func (n *Node) apiHistory(w http.ResponseWriter, r *http.Request) error {
-	room := r.PathValue("room")
-	if err := protocol.ValidName("room", room); err != nil {
-		return badRequest("%v", err)
-	}
 	since, err := queryInt(r, "since", 0, 0, 1<<62)
 	if err != nil {
 		return err
@@ -32,11 +29,36 @@ func (n *Node) apiHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rd, err := n.backend.ReadRoom(r.Context(), room, since, int(limit), n.historyOpts())
+	top, msgs, err := n.History(r.Context(), r.PathValue("room"), since, int(limit))
 	if err != nil {
-		return unavailable("room history", err)
+		return err
 	}
-	msgs := make([]json.RawMessage, 0, len(rd.Messages))
+	out := make([]json.RawMessage, len(msgs))
+	for i := range msgs {
+		out[i] = protocol.AppendMessageJSON(nil, &msgs[i])
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"seq": top, "messages": out})
+	return nil
+}
+
+// History reads a reliable room's kept messages with seq > since, oldest
+// first, at most limit (0: historyReadDefault), and the room's last seq:
+// the operation behind both API transports.
+func (n *Node) History(ctx context.Context, room string, since int64, limit int) (int64, []protocol.Message, error) {
+	if err := protocol.ValidName("room", room); err != nil {
+		return 0, nil, badRequest("%v", err)
+	}
+	if limit == 0 {
+		limit = historyReadDefault
+	}
+	if since < 0 || limit < 0 || limit > maxHistoryRead {
+		return 0, nil, badRequest("since must be >= 0 and limit 1..%d", maxHistoryRead)
+	}
+	rd, err := n.backend.ReadRoom(ctx, room, since, limit, n.historyOpts())
+	if err != nil {
+		return 0, nil, unavailable("room history", err)
+	}
+	msgs := make([]protocol.Message, 0, len(rd.Messages))
 	for _, m := range rd.Messages {
 		var msg protocol.Message
 		if err := json.Unmarshal(m.Payload, &msg); err != nil {
@@ -44,10 +66,9 @@ func (n *Node) apiHistory(w http.ResponseWriter, r *http.Request) error {
 			continue
 		}
 		msg.Seq = m.Seq
-		msgs = append(msgs, protocol.AppendMessageJSON(nil, &msg))
+		msgs = append(msgs, msg)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"seq": rd.LastSeq, "messages": msgs})
-	return nil
+	return rd.LastSeq, msgs, nil
 }
 
 // queryInt reads an integer query parameter in lo..hi, def when absent.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ type apiTransport interface {
 	join(key, room, user string) *apiErr
 	leave(key, room, user string) *apiErr
 	members(key, room string) ([]string, *apiErr)
+	history(key, room string, since int64, limit int) (int64, []protocol.Message, *apiErr)
 	presence(key, user string) ([]PresenceConn, *apiErr)
 	disconnect(key, user, reason string) (int, *apiErr)
 	nodes(key string) ([]NodeEntry, *apiErr)
@@ -168,6 +170,16 @@ func (h httpTransport) members(key, room string) ([]string, *apiErr) {
 	var out struct{ Members []string }
 	e := h.call("GET", "/api/v1/rooms/"+url.PathEscape(room)+"/members", key, nil, nil, &out)
 	return out.Members, e
+}
+
+func (h httpTransport) history(key, room string, since int64, limit int) (int64, []protocol.Message, *apiErr) {
+	var out struct {
+		Seq      int64
+		Messages []protocol.Message
+	}
+	q := url.Values{"since": {strconv.FormatInt(since, 10)}, "limit": {strconv.Itoa(limit)}}
+	e := h.call("GET", "/api/v1/rooms/"+url.PathEscape(room)+"/history?"+q.Encode(), key, nil, nil, &out)
+	return out.Seq, out.Messages, e
 }
 
 func (h httpTransport) presence(key, user string) ([]PresenceConn, *apiErr) {
@@ -311,6 +323,20 @@ func (g grpcTransport) members(key, room string) ([]string, *apiErr) {
 	return res.Msg.GetMembers(), nil
 }
 
+func (g grpcTransport) history(key, room string, since int64, limit int) (int64, []protocol.Message, *apiErr) {
+	ctx, cancel := grpcCtx()
+	defer cancel()
+	res, err := g.c.GetHistory(ctx, request(key, &wsgatev1.GetHistoryRequest{Room: room, Since: since, Limit: int32(limit)}, nil))
+	if err != nil {
+		return 0, nil, asAPIErr(err)
+	}
+	var out []protocol.Message
+	for _, m := range res.Msg.GetMessages() {
+		out = append(out, protocol.Message{ID: m.GetId(), Event: m.GetEvent(), Data: json.RawMessage(m.GetData()), TS: m.GetTs(), Seq: m.GetSeq(), From: m.GetFrom()})
+	}
+	return res.Msg.GetSeq(), out, nil
+}
+
 func (g grpcTransport) presence(key, user string) ([]PresenceConn, *apiErr) {
 	ctx, cancel := grpcCtx()
 	defer cancel()
@@ -320,7 +346,7 @@ func (g grpcTransport) presence(key, user string) ([]PresenceConn, *apiErr) {
 	}
 	var out []PresenceConn
 	for _, c := range res.Msg.GetConnections() {
-		out = append(out, PresenceConn{ConnID: c.GetConnId(), Node: c.GetNode(), ConnectedAt: c.GetConnectedAt()})
+		out = append(out, PresenceConn{ConnID: c.GetConnId(), Node: c.GetNode(), ConnectedAt: c.GetConnectedAt(), Device: c.GetDevice()})
 	}
 	if res.Msg.GetOnline() != (len(out) > 0) {
 		return out, &apiErr{status: -1, message: "online disagrees with the connections"}
@@ -459,6 +485,34 @@ func TestAPIBatchKeepsGoodMessages(t *testing.T) {
 		wantErr(t, "1001 messages", e, 400, "bad_request", "at most 1000")
 		_, e = tr.batch("", big[:1])
 		wantErr(t, "no key", e, 401, "unauthorized", "Bearer")
+	})
+}
+
+func TestAPIRoomHistory(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, n *testNode, tr apiTransport) {
+		room := protocolTarget("room", "h")
+		for i := 1; i <= 3; i++ {
+			res, e := tr.publish("k", PublishRequest{Target: room, Event: "e", Data: raw(strconv.Itoa(i)), Reliable: true}, nil)
+			if e != nil || res.Seq != int64(i) {
+				t.Fatalf("publish %d: %+v %+v", i, res, e)
+			}
+		}
+		top, msgs, e := tr.history("k", "h", 1, 1)
+		if e != nil || top != 3 || len(msgs) != 1 || msgs[0].Seq != 2 || string(msgs[0].Data) != "2" || msgs[0].Event != "e" || msgs[0].ID == "" || msgs[0].TS == 0 {
+			t.Fatalf("history since 1 limit 1: seq %d %+v %+v", top, msgs, e)
+		}
+		if top, msgs, e := tr.history("k", "h", 0, 10); e != nil || top != 3 || len(msgs) != 3 {
+			t.Fatalf("history since 0: seq %d %d messages %+v", top, len(msgs), e)
+		}
+		if top, msgs, e := tr.history("k", "never-reliable", 0, 10); e != nil || top != 0 || len(msgs) != 0 {
+			t.Fatalf("history of a plain room: seq %d %+v %+v", top, msgs, e)
+		}
+		_, _, e = tr.history("k", "h", 0, 5000)
+		wantErr(t, "history limit 5000", e, 400, "bad_request", "limit")
+		_, _, e = tr.history("k", strings.Repeat("r", 300), 0, 1)
+		wantErr(t, "history of a bad name", e, 400, "bad_request", "room")
+		_, _, e = tr.history("", "h", 0, 1)
+		wantErr(t, "history without a key", e, 401, "unauthorized", "Bearer")
 	})
 }
 

@@ -186,6 +186,18 @@ func (g grpcAPI) ListMembers(ctx context.Context, req *connect.Request[wsgatev1.
 	return connect.NewResponse(&wsgatev1.ListMembersResponse{Members: members}), nil
 }
 
+func (g grpcAPI) GetHistory(ctx context.Context, req *connect.Request[wsgatev1.GetHistoryRequest]) (*connect.Response[wsgatev1.GetHistoryResponse], error) {
+	top, msgs, err := g.n.History(ctx, req.Msg.GetRoom(), req.Msg.GetSince(), int(req.Msg.GetLimit()))
+	if err != nil {
+		return nil, err
+	}
+	out := &wsgatev1.GetHistoryResponse{Seq: top}
+	for _, m := range msgs {
+		out.Messages = append(out.Messages, &wsgatev1.HistoryMessage{Id: m.ID, Event: m.Event, Data: string(m.Data), Ts: m.TS, Seq: m.Seq, From: m.From})
+	}
+	return connect.NewResponse(out), nil
+}
+
 func (g grpcAPI) GetPresence(ctx context.Context, req *connect.Request[wsgatev1.GetPresenceRequest]) (*connect.Response[wsgatev1.GetPresenceResponse], error) {
 	conns, err := g.n.Presence(ctx, req.Msg.GetUser())
 	if err != nil {

@@ -728,6 +728,209 @@ func (x *ListMembersResponse) GetMembers() []string {
 	return nil
 }
 
+type GetHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Room  string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	// Messages with seq > since (default 0).
+	Since int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
+	// At most this many (default 100, at most 1000).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryRequest) Reset() {
+	*x = GetHistoryRequest{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryRequest) ProtoMessage() {}
+
+func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetHistoryRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type HistoryMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Event string                 `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	// The payload as JSON text.
+	Data string `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// Publish time, Unix milliseconds.
+	Ts  int64 `protobuf:"varint,4,opt,name=ts,proto3" json:"ts,omitempty"`
+	Seq int64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The publishing client's user id (client publishes only).
+	From          string `protobuf:"bytes,6,opt,name=from,proto3" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryMessage) Reset() {
+	*x = HistoryMessage{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryMessage) ProtoMessage() {}
+
+func (x *HistoryMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryMessage.ProtoReflect.Descriptor instead.
+func (*HistoryMessage) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HistoryMessage) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *HistoryMessage) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *HistoryMessage) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
+func (x *HistoryMessage) GetTs() int64 {
+	if x != nil {
+		return x.Ts
+	}
+	return 0
+}
+
+func (x *HistoryMessage) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HistoryMessage) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+type GetHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The room's highest seq.
+	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Oldest first.
+	Messages      []*HistoryMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryResponse) Reset() {
+	*x = GetHistoryResponse{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryResponse) ProtoMessage() {}
+
+func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
+func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetHistoryResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GetHistoryResponse) GetMessages() []*HistoryMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 type GetPresenceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
@@ -737,7 +940,7 @@ type GetPresenceRequest struct {
 
 func (x *GetPresenceRequest) Reset() {
 	*x = GetPresenceRequest{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[13]
+	mi := &file_wsgate_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +952,7 @@ func (x *GetPresenceRequest) String() string {
 func (*GetPresenceRequest) ProtoMessage() {}
 
 func (x *GetPresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[13]
+	mi := &file_wsgate_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +965,7 @@ func (x *GetPresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPresenceRequest.ProtoReflect.Descriptor instead.
 func (*GetPresenceRequest) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetPresenceRequest) GetUser() string {
@@ -786,7 +989,7 @@ type Connection struct {
 
 func (x *Connection) Reset() {
 	*x = Connection{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[14]
+	mi := &file_wsgate_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1001,7 @@ func (x *Connection) String() string {
 func (*Connection) ProtoMessage() {}
 
 func (x *Connection) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[14]
+	mi := &file_wsgate_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1014,7 @@ func (x *Connection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Connection.ProtoReflect.Descriptor instead.
 func (*Connection) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Connection) GetConnId() string {
@@ -852,7 +1055,7 @@ type GetPresenceResponse struct {
 
 func (x *GetPresenceResponse) Reset() {
 	*x = GetPresenceResponse{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[15]
+	mi := &file_wsgate_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1067,7 @@ func (x *GetPresenceResponse) String() string {
 func (*GetPresenceResponse) ProtoMessage() {}
 
 func (x *GetPresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[15]
+	mi := &file_wsgate_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1080,7 @@ func (x *GetPresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPresenceResponse.ProtoReflect.Descriptor instead.
 func (*GetPresenceResponse) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetPresenceResponse) GetOnline() bool {
@@ -905,7 +1108,7 @@ type DisconnectRequest struct {
 
 func (x *DisconnectRequest) Reset() {
 	*x = DisconnectRequest{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[16]
+	mi := &file_wsgate_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1120,7 @@ func (x *DisconnectRequest) String() string {
 func (*DisconnectRequest) ProtoMessage() {}
 
 func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[16]
+	mi := &file_wsgate_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1133,7 @@ func (x *DisconnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectRequest) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DisconnectRequest) GetUser() string {
@@ -957,7 +1160,7 @@ type DisconnectResponse struct {
 
 func (x *DisconnectResponse) Reset() {
 	*x = DisconnectResponse{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[17]
+	mi := &file_wsgate_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1172,7 @@ func (x *DisconnectResponse) String() string {
 func (*DisconnectResponse) ProtoMessage() {}
 
 func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[17]
+	mi := &file_wsgate_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1185,7 @@ func (x *DisconnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectResponse) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DisconnectResponse) GetDisconnected() int32 {
@@ -1000,7 +1203,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[18]
+	mi := &file_wsgate_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1215,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[18]
+	mi := &file_wsgate_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1228,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 type Node struct {
@@ -1046,7 +1249,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[19]
+	mi := &file_wsgate_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1261,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[19]
+	mi := &file_wsgate_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1274,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Node) GetId() string {
@@ -1146,7 +1349,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[20]
+	mi := &file_wsgate_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1361,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[20]
+	mi := &file_wsgate_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1374,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1190,7 +1393,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[21]
+	mi := &file_wsgate_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1405,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[21]
+	mi := &file_wsgate_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1418,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DrainNodeRequest) GetNode() string {
@@ -1236,7 +1439,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_wsgate_v1_api_proto_msgTypes[22]
+	mi := &file_wsgate_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1451,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wsgate_v1_api_proto_msgTypes[22]
+	mi := &file_wsgate_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1464,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DrainNodeResponse) GetNode() string {
@@ -1320,7 +1523,21 @@ const file_wsgate_v1_api_proto_rawDesc = "" +
 	"\x12ListMembersRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\"/\n" +
 	"\x13ListMembersResponse\x12\x18\n" +
-	"\amembers\x18\x01 \x03(\tR\amembers\"(\n" +
+	"\amembers\x18\x01 \x03(\tR\amembers\"S\n" +
+	"\x11GetHistoryRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x14\n" +
+	"\x05since\x18\x02 \x01(\x03R\x05since\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x80\x01\n" +
+	"\x0eHistoryMessage\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\tR\x04data\x12\x0e\n" +
+	"\x02ts\x18\x04 \x01(\x03R\x02ts\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x03R\x03seq\x12\x12\n" +
+	"\x04from\x18\x06 \x01(\tR\x04from\"]\n" +
+	"\x12GetHistoryResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x125\n" +
+	"\bmessages\x18\x02 \x03(\v2\x19.wsgate.v1.HistoryMessageR\bmessages\"(\n" +
 	"\x12GetPresenceRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\"t\n" +
 	"\n" +
@@ -1355,14 +1572,16 @@ const file_wsgate_v1_api_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"?\n" +
 	"\x11DrainNodeResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status2\xaf\x05\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status2\xfa\x05\n" +
 	"\n" +
 	"APIService\x12@\n" +
 	"\aPublish\x12\x19.wsgate.v1.PublishRequest\x1a\x1a.wsgate.v1.PublishResponse\x12O\n" +
 	"\fPublishBatch\x12\x1e.wsgate.v1.PublishBatchRequest\x1a\x1f.wsgate.v1.PublishBatchResponse\x12F\n" +
 	"\tAddMember\x12\x1b.wsgate.v1.AddMemberRequest\x1a\x1c.wsgate.v1.AddMemberResponse\x12O\n" +
 	"\fRemoveMember\x12\x1e.wsgate.v1.RemoveMemberRequest\x1a\x1f.wsgate.v1.RemoveMemberResponse\x12L\n" +
-	"\vListMembers\x12\x1d.wsgate.v1.ListMembersRequest\x1a\x1e.wsgate.v1.ListMembersResponse\x12L\n" +
+	"\vListMembers\x12\x1d.wsgate.v1.ListMembersRequest\x1a\x1e.wsgate.v1.ListMembersResponse\x12I\n" +
+	"\n" +
+	"GetHistory\x12\x1c.wsgate.v1.GetHistoryRequest\x1a\x1d.wsgate.v1.GetHistoryResponse\x12L\n" +
 	"\vGetPresence\x12\x1d.wsgate.v1.GetPresenceRequest\x1a\x1e.wsgate.v1.GetPresenceResponse\x12I\n" +
 	"\n" +
 	"Disconnect\x12\x1c.wsgate.v1.DisconnectRequest\x1a\x1d.wsgate.v1.DisconnectResponse\x12F\n" +
@@ -1381,7 +1600,7 @@ func file_wsgate_v1_api_proto_rawDescGZIP() []byte {
 	return file_wsgate_v1_api_proto_rawDescData
 }
 
-var file_wsgate_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_wsgate_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_wsgate_v1_api_proto_goTypes = []any{
 	(*Target)(nil),               // 0: wsgate.v1.Target
 	(*PublishRequest)(nil),       // 1: wsgate.v1.PublishRequest
@@ -1396,16 +1615,19 @@ var file_wsgate_v1_api_proto_goTypes = []any{
 	(*RemoveMemberResponse)(nil), // 10: wsgate.v1.RemoveMemberResponse
 	(*ListMembersRequest)(nil),   // 11: wsgate.v1.ListMembersRequest
 	(*ListMembersResponse)(nil),  // 12: wsgate.v1.ListMembersResponse
-	(*GetPresenceRequest)(nil),   // 13: wsgate.v1.GetPresenceRequest
-	(*Connection)(nil),           // 14: wsgate.v1.Connection
-	(*GetPresenceResponse)(nil),  // 15: wsgate.v1.GetPresenceResponse
-	(*DisconnectRequest)(nil),    // 16: wsgate.v1.DisconnectRequest
-	(*DisconnectResponse)(nil),   // 17: wsgate.v1.DisconnectResponse
-	(*ListNodesRequest)(nil),     // 18: wsgate.v1.ListNodesRequest
-	(*Node)(nil),                 // 19: wsgate.v1.Node
-	(*ListNodesResponse)(nil),    // 20: wsgate.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),     // 21: wsgate.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),    // 22: wsgate.v1.DrainNodeResponse
+	(*GetHistoryRequest)(nil),    // 13: wsgate.v1.GetHistoryRequest
+	(*HistoryMessage)(nil),       // 14: wsgate.v1.HistoryMessage
+	(*GetHistoryResponse)(nil),   // 15: wsgate.v1.GetHistoryResponse
+	(*GetPresenceRequest)(nil),   // 16: wsgate.v1.GetPresenceRequest
+	(*Connection)(nil),           // 17: wsgate.v1.Connection
+	(*GetPresenceResponse)(nil),  // 18: wsgate.v1.GetPresenceResponse
+	(*DisconnectRequest)(nil),    // 19: wsgate.v1.DisconnectRequest
+	(*DisconnectResponse)(nil),   // 20: wsgate.v1.DisconnectResponse
+	(*ListNodesRequest)(nil),     // 21: wsgate.v1.ListNodesRequest
+	(*Node)(nil),                 // 22: wsgate.v1.Node
+	(*ListNodesResponse)(nil),    // 23: wsgate.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),     // 24: wsgate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),    // 25: wsgate.v1.DrainNodeResponse
 }
 var file_wsgate_v1_api_proto_depIdxs = []int32{
 	0,  // 0: wsgate.v1.PublishRequest.target:type_name -> wsgate.v1.Target
@@ -1413,31 +1635,34 @@ var file_wsgate_v1_api_proto_depIdxs = []int32{
 	2,  // 2: wsgate.v1.PublishBatchResult.ok:type_name -> wsgate.v1.PublishResponse
 	4,  // 3: wsgate.v1.PublishBatchResult.error:type_name -> wsgate.v1.Error
 	5,  // 4: wsgate.v1.PublishBatchResponse.results:type_name -> wsgate.v1.PublishBatchResult
-	14, // 5: wsgate.v1.GetPresenceResponse.connections:type_name -> wsgate.v1.Connection
-	19, // 6: wsgate.v1.ListNodesResponse.nodes:type_name -> wsgate.v1.Node
-	1,  // 7: wsgate.v1.APIService.Publish:input_type -> wsgate.v1.PublishRequest
-	3,  // 8: wsgate.v1.APIService.PublishBatch:input_type -> wsgate.v1.PublishBatchRequest
-	7,  // 9: wsgate.v1.APIService.AddMember:input_type -> wsgate.v1.AddMemberRequest
-	9,  // 10: wsgate.v1.APIService.RemoveMember:input_type -> wsgate.v1.RemoveMemberRequest
-	11, // 11: wsgate.v1.APIService.ListMembers:input_type -> wsgate.v1.ListMembersRequest
-	13, // 12: wsgate.v1.APIService.GetPresence:input_type -> wsgate.v1.GetPresenceRequest
-	16, // 13: wsgate.v1.APIService.Disconnect:input_type -> wsgate.v1.DisconnectRequest
-	18, // 14: wsgate.v1.APIService.ListNodes:input_type -> wsgate.v1.ListNodesRequest
-	21, // 15: wsgate.v1.APIService.DrainNode:input_type -> wsgate.v1.DrainNodeRequest
-	2,  // 16: wsgate.v1.APIService.Publish:output_type -> wsgate.v1.PublishResponse
-	6,  // 17: wsgate.v1.APIService.PublishBatch:output_type -> wsgate.v1.PublishBatchResponse
-	8,  // 18: wsgate.v1.APIService.AddMember:output_type -> wsgate.v1.AddMemberResponse
-	10, // 19: wsgate.v1.APIService.RemoveMember:output_type -> wsgate.v1.RemoveMemberResponse
-	12, // 20: wsgate.v1.APIService.ListMembers:output_type -> wsgate.v1.ListMembersResponse
-	15, // 21: wsgate.v1.APIService.GetPresence:output_type -> wsgate.v1.GetPresenceResponse
-	17, // 22: wsgate.v1.APIService.Disconnect:output_type -> wsgate.v1.DisconnectResponse
-	20, // 23: wsgate.v1.APIService.ListNodes:output_type -> wsgate.v1.ListNodesResponse
-	22, // 24: wsgate.v1.APIService.DrainNode:output_type -> wsgate.v1.DrainNodeResponse
-	16, // [16:25] is the sub-list for method output_type
-	7,  // [7:16] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	14, // 5: wsgate.v1.GetHistoryResponse.messages:type_name -> wsgate.v1.HistoryMessage
+	17, // 6: wsgate.v1.GetPresenceResponse.connections:type_name -> wsgate.v1.Connection
+	22, // 7: wsgate.v1.ListNodesResponse.nodes:type_name -> wsgate.v1.Node
+	1,  // 8: wsgate.v1.APIService.Publish:input_type -> wsgate.v1.PublishRequest
+	3,  // 9: wsgate.v1.APIService.PublishBatch:input_type -> wsgate.v1.PublishBatchRequest
+	7,  // 10: wsgate.v1.APIService.AddMember:input_type -> wsgate.v1.AddMemberRequest
+	9,  // 11: wsgate.v1.APIService.RemoveMember:input_type -> wsgate.v1.RemoveMemberRequest
+	11, // 12: wsgate.v1.APIService.ListMembers:input_type -> wsgate.v1.ListMembersRequest
+	13, // 13: wsgate.v1.APIService.GetHistory:input_type -> wsgate.v1.GetHistoryRequest
+	16, // 14: wsgate.v1.APIService.GetPresence:input_type -> wsgate.v1.GetPresenceRequest
+	19, // 15: wsgate.v1.APIService.Disconnect:input_type -> wsgate.v1.DisconnectRequest
+	21, // 16: wsgate.v1.APIService.ListNodes:input_type -> wsgate.v1.ListNodesRequest
+	24, // 17: wsgate.v1.APIService.DrainNode:input_type -> wsgate.v1.DrainNodeRequest
+	2,  // 18: wsgate.v1.APIService.Publish:output_type -> wsgate.v1.PublishResponse
+	6,  // 19: wsgate.v1.APIService.PublishBatch:output_type -> wsgate.v1.PublishBatchResponse
+	8,  // 20: wsgate.v1.APIService.AddMember:output_type -> wsgate.v1.AddMemberResponse
+	10, // 21: wsgate.v1.APIService.RemoveMember:output_type -> wsgate.v1.RemoveMemberResponse
+	12, // 22: wsgate.v1.APIService.ListMembers:output_type -> wsgate.v1.ListMembersResponse
+	15, // 23: wsgate.v1.APIService.GetHistory:output_type -> wsgate.v1.GetHistoryResponse
+	18, // 24: wsgate.v1.APIService.GetPresence:output_type -> wsgate.v1.GetPresenceResponse
+	20, // 25: wsgate.v1.APIService.Disconnect:output_type -> wsgate.v1.DisconnectResponse
+	23, // 26: wsgate.v1.APIService.ListNodes:output_type -> wsgate.v1.ListNodesResponse
+	25, // 27: wsgate.v1.APIService.DrainNode:output_type -> wsgate.v1.DrainNodeResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_wsgate_v1_api_proto_init() }
@@ -1456,7 +1681,7 @@ func file_wsgate_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wsgate_v1_api_proto_rawDesc), len(file_wsgate_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -60,6 +60,8 @@ const (
 	APIServiceRemoveMemberProcedure = "/wsgate.v1.APIService/RemoveMember"
 	// APIServiceListMembersProcedure is the fully-qualified name of the APIService's ListMembers RPC.
 	APIServiceListMembersProcedure = "/wsgate.v1.APIService/ListMembers"
+	// APIServiceGetHistoryProcedure is the fully-qualified name of the APIService's GetHistory RPC.
+	APIServiceGetHistoryProcedure = "/wsgate.v1.APIService/GetHistory"
 	// APIServiceGetPresenceProcedure is the fully-qualified name of the APIService's GetPresence RPC.
 	APIServiceGetPresenceProcedure = "/wsgate.v1.APIService/GetPresence"
 	// APIServiceDisconnectProcedure is the fully-qualified name of the APIService's Disconnect RPC.
@@ -83,6 +85,8 @@ type APIServiceClient interface {
 	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
 	// ListMembers lists a room's members.
 	ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error)
+	// GetHistory reads a reliable room's kept messages (contract section 12).
+	GetHistory(context.Context, *connect.Request[v1.GetHistoryRequest]) (*connect.Response[v1.GetHistoryResponse], error)
 	// GetPresence lists a user's live connections in the cluster.
 	GetPresence(context.Context, *connect.Request[v1.GetPresenceRequest]) (*connect.Response[v1.GetPresenceResponse], error)
 	// Disconnect closes every connection of a user with 4003.
@@ -134,6 +138,12 @@ func NewAPIServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(aPIServiceMethods.ByName("ListMembers")),
 			connect.WithClientOptions(opts...),
 		),
+		getHistory: connect.NewClient[v1.GetHistoryRequest, v1.GetHistoryResponse](
+			httpClient,
+			baseURL+APIServiceGetHistoryProcedure,
+			connect.WithSchema(aPIServiceMethods.ByName("GetHistory")),
+			connect.WithClientOptions(opts...),
+		),
 		getPresence: connect.NewClient[v1.GetPresenceRequest, v1.GetPresenceResponse](
 			httpClient,
 			baseURL+APIServiceGetPresenceProcedure,
@@ -168,6 +178,7 @@ type aPIServiceClient struct {
 	addMember    *connect.Client[v1.AddMemberRequest, v1.AddMemberResponse]
 	removeMember *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
 	listMembers  *connect.Client[v1.ListMembersRequest, v1.ListMembersResponse]
+	getHistory   *connect.Client[v1.GetHistoryRequest, v1.GetHistoryResponse]
 	getPresence  *connect.Client[v1.GetPresenceRequest, v1.GetPresenceResponse]
 	disconnect   *connect.Client[v1.DisconnectRequest, v1.DisconnectResponse]
 	listNodes    *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
@@ -197,6 +208,11 @@ func (c *aPIServiceClient) RemoveMember(ctx context.Context, req *connect.Reques
 // ListMembers calls wsgate.v1.APIService.ListMembers.
 func (c *aPIServiceClient) ListMembers(ctx context.Context, req *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error) {
 	return c.listMembers.CallUnary(ctx, req)
+}
+
+// GetHistory calls wsgate.v1.APIService.GetHistory.
+func (c *aPIServiceClient) GetHistory(ctx context.Context, req *connect.Request[v1.GetHistoryRequest]) (*connect.Response[v1.GetHistoryResponse], error) {
+	return c.getHistory.CallUnary(ctx, req)
 }
 
 // GetPresence calls wsgate.v1.APIService.GetPresence.
@@ -232,6 +248,8 @@ type APIServiceHandler interface {
 	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
 	// ListMembers lists a room's members.
 	ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error)
+	// GetHistory reads a reliable room's kept messages (contract section 12).
+	GetHistory(context.Context, *connect.Request[v1.GetHistoryRequest]) (*connect.Response[v1.GetHistoryResponse], error)
 	// GetPresence lists a user's live connections in the cluster.
 	GetPresence(context.Context, *connect.Request[v1.GetPresenceRequest]) (*connect.Response[v1.GetPresenceResponse], error)
 	// Disconnect closes every connection of a user with 4003.
@@ -279,6 +297,12 @@ func NewAPIServiceHandler(svc APIServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(aPIServiceMethods.ByName("ListMembers")),
 		connect.WithHandlerOptions(opts...),
 	)
+	aPIServiceGetHistoryHandler := connect.NewUnaryHandler(
+		APIServiceGetHistoryProcedure,
+		svc.GetHistory,
+		connect.WithSchema(aPIServiceMethods.ByName("GetHistory")),
+		connect.WithHandlerOptions(opts...),
+	)
 	aPIServiceGetPresenceHandler := connect.NewUnaryHandler(
 		APIServiceGetPresenceProcedure,
 		svc.GetPresence,
@@ -315,6 +339,8 @@ func NewAPIServiceHandler(svc APIServiceHandler, opts ...connect.HandlerOption) 
 			aPIServiceRemoveMemberHandler.ServeHTTP(w, r)
 		case APIServiceListMembersProcedure:
 			aPIServiceListMembersHandler.ServeHTTP(w, r)
+		case APIServiceGetHistoryProcedure:
+			aPIServiceGetHistoryHandler.ServeHTTP(w, r)
 		case APIServiceGetPresenceProcedure:
 			aPIServiceGetPresenceHandler.ServeHTTP(w, r)
 		case APIServiceDisconnectProcedure:
@@ -350,6 +376,10 @@ func (UnimplementedAPIServiceHandler) RemoveMember(context.Context, *connect.Req
 
 func (UnimplementedAPIServiceHandler) ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("wsgate.v1.APIService.ListMembers is not implemented"))
+}
+
+func (UnimplementedAPIServiceHandler) GetHistory(context.Context, *connect.Request[v1.GetHistoryRequest]) (*connect.Response[v1.GetHistoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("wsgate.v1.APIService.GetHistory is not implemented"))
 }
 
 func (UnimplementedAPIServiceHandler) GetPresence(context.Context, *connect.Request[v1.GetPresenceRequest]) (*connect.Response[v1.GetPresenceResponse], error) {
