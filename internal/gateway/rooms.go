@@ -30,7 +30,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 	start := time.Now()
 	var err error
 	if join {
-		err = n.backend.JoinRoom(ctx, room, user)
+		err = n.backend.JoinRoom(ctx, room, user, n.cfg.MaxRoomsPerUser)
 	} else {
 		err = n.backend.LeaveRoom(ctx, room, user)
 	}
