@@ -99,6 +99,9 @@ type ConnLimit struct {
 // ErrConnLimit is Connect's answer when the user has lim.Max routes.
 var ErrConnLimit = errors.New("cluster: user has too many connections")
 
+// ErrRoomLimit is JoinRoom's answer when the user holds maxRooms rooms.
+var ErrRoomLimit = errors.New("cluster: user is a member of too many rooms")
+
 // ConnectResult is the answer to Connect.
 type ConnectResult struct {
 	Rooms []string  // the user's rooms
@@ -235,7 +238,12 @@ type Backend interface {
 
 	// Room membership, by user. RoomNodes lists the nodes that declared
 	// interest in a room (they hold a member's connection).
-	JoinRoom(ctx context.Context, room, user string) error
+	//
+	// JoinRoom refuses with ErrRoomLimit a join that would give the user
+	// more than maxRooms rooms (0 = no limit), atomically: concurrent joins
+	// of one user never exceed it. Joining a room the user is a member of
+	// is never refused.
+	JoinRoom(ctx context.Context, room, user string, maxRooms int) error
 	LeaveRoom(ctx context.Context, room, user string) error
 	RoomMembers(ctx context.Context, room string) ([]string, error)
 	UserRooms(ctx context.Context, user string) ([]string, error)

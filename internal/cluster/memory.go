@@ -237,11 +237,16 @@ func (m *Memory) liveRoutes(user string) []Route {
 }
 
 // JoinRoom implements Backend.
-func (m *Memory) JoinRoom(ctx context.Context, room, user string) error {
+func (m *Memory) JoinRoom(ctx context.Context, room, user string, maxRooms int) error {
 	if err := m.lock(ctx); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
+	if rooms := m.rooms[user]; maxRooms > 0 && len(rooms) >= maxRooms {
+		if _, ok := rooms[room]; !ok {
+			return ErrRoomLimit
+		}
+	}
 	addToSet(m.members, room, user)
 	addToSet(m.rooms, user, room)
 	return nil

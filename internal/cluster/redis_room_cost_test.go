@@ -31,7 +31,7 @@ func TestReliableRoomAppendIsOneRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := b.JoinRoom(ctx, "small", "u0"); err != nil {
+	if err := b.JoinRoom(ctx, "small", "u0", 0); err != nil {
 		t.Fatal(err)
 	}
 	members := make([]any, 15000)

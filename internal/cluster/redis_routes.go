@@ -147,17 +147,27 @@ func decodeRoutes(user string, fields map[string]string, now time.Time) (live []
 	return live, expired
 }
 
-// JoinRoom implements Backend: SADD to the room's members and to the
-// user's rooms, pipelined (two slots: not atomic together).
-func (r *Redis) JoinRoom(ctx context.Context, room, user string) error {
-	return r.do(ctx, "join room", true, func(ctx context.Context) error {
-		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			p.SAdd(ctx, r.k.roomMembers(room), user)
-			p.SAdd(ctx, r.k.userRooms(user), room)
+// JoinRoom implements Backend: scriptJoinRoom adds the room to the user's
+// rooms within the bound (atomic in the user's slot), then SADD adds the
+// user to the room's members (another slot). A crash between the two
+// leaves the room in the user's set only, which counts toward the bound;
+// repeating the join repairs it and is never refused.
+func (r *Redis) JoinRoom(ctx context.Context, room, user string, maxRooms int) error {
+	refused := false
+	err := r.do(ctx, "join room", true, func(ctx context.Context) error {
+		n, err := scriptJoinRoom.Run(ctx, r.c, []string{r.k.userRooms(user)}, room, max(maxRooms, 0)).Int()
+		if err != nil {
+			return err
+		}
+		if refused = n == 1; refused {
 			return nil
-		})
-		return err
+		}
+		return r.c.SAdd(ctx, r.k.roomMembers(room), user).Err()
 	})
+	if err == nil && refused {
+		return ErrRoomLimit
+	}
+	return err
 }
 
 // LeaveRoom implements Backend, like JoinRoom with SREM.

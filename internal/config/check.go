@@ -56,6 +56,13 @@ func (c *checker) intRange(name string, v, lo, hi int) {
 	}
 }
 
+// atLeast checks v >= lo.
+func (c *checker) atLeast(name string, v, lo int) {
+	if c.ok() && v < lo {
+		c.failf("%s (%d) must be at least %d", EnvName(name), v, lo)
+	}
+}
+
 // notNegative checks v >= 0 for an int.
 func (c *checker) notNegative(name string, v int) {
 	if c.ok() && v < 0 {

@@ -39,6 +39,7 @@ type Gateway struct {
 	PartialFrameBudget int     // bytes held for unfinished client frames, node-wide; 0 = no limit
 	MaxConnsPerIP      int     // 0 = no limit
 	MaxConnsPerUser    int     // 0 = no limit, cluster-wide
+	MaxRoomsPerUser    int     // room memberships per user, cluster-wide (at least 1)
 	HandshakeRatePerIP float64 // per second, 0 = no limit
 	MessageRate        float64 // client frames per second per connection, 0 = no limit
 	DevicePolicy       string  // DeviceMulti or DeviceSingle
@@ -162,6 +163,7 @@ func registerGateway(s *Set, c *Gateway) {
 		"past it the connections holding the most are closed with 1008 (0 = no limit)")
 	s.Int(&c.MaxConnsPerIP, "max-conns-per-ip", 0, "concurrent connections per client IP on this node (0 = no limit)")
 	s.Int(&c.MaxConnsPerUser, "max-conns-per-user", 0, "concurrent connections per user, cluster-wide (0 = no limit)")
+	s.Int(&c.MaxRoomsPerUser, "max-rooms-per-user", 1000, "room memberships one user may hold, cluster-wide; a join beyond it is refused (at least 1)")
 	s.Float(&c.HandshakeRatePerIP, "handshake-rate-per-ip", 0, "handshakes per second per client IP on this node, burst = rate (0 = no limit)")
 	s.Float(&c.MessageRate, "message-rate", 0, "client frames per second per connection, burst = rate (0 = no limit)")
 	s.String(&c.DevicePolicy, "device-policy", DeviceMulti, "multi: a user may hold many connections; "+

@@ -36,6 +36,7 @@ var contractDefaults = map[string]string{
 	"WSGATE_MAX_MESSAGE_BYTES":     "65536",
 	"WSGATE_MAX_CONNS_PER_IP":      "0",
 	"WSGATE_MAX_CONNS_PER_USER":    "0",
+	"WSGATE_MAX_ROOMS_PER_USER":    "1000",
 	"WSGATE_HANDSHAKE_RATE_PER_IP": "0",
 	"WSGATE_MESSAGE_RATE":          "0",
 	"WSGATE_DEVICE_POLICY":         "multi",
@@ -77,7 +78,7 @@ func TestGatewayDefaults(t *testing.T) {
 	}
 	want := Gateway{
 		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{}, Events: []string{},
-		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, DevicePolicy: "multi",
+		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, MaxRoomsPerUser: 1000, DevicePolicy: "multi",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
 		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
 		DrainRate: 500, HeartbeatInterval: 2 * time.Second, LogLevel: "info",

@@ -50,6 +50,7 @@ func (c *Gateway) Validate() error {
 	v.notNegative("partial-frame-budget", c.PartialFrameBudget)
 	v.notNegative("max-conns-per-ip", c.MaxConnsPerIP)
 	v.notNegative("max-conns-per-user", c.MaxConnsPerUser)
+	v.atLeast("max-rooms-per-user", c.MaxRoomsPerUser, 1)
 	v.rate("handshake-rate-per-ip", c.HandshakeRatePerIP)
 	v.rate("message-rate", c.MessageRate)
 	v.oneOf("device-policy", c.DevicePolicy, DeviceMulti, DeviceSingle)

@@ -80,6 +80,7 @@ func TestGatewayValidate(t *testing.T) {
 		{"max message edges", func(c *Gateway) { c.MaxMessageBytes = 16 << 20 }, ""},
 		{"conns per ip", func(c *Gateway) { c.MaxConnsPerIP = -1 }, "WSGATE_MAX_CONNS_PER_IP (-1) must not be negative (0 = no limit)"},
 		{"conns per user", func(c *Gateway) { c.MaxConnsPerUser = -1 }, "WSGATE_MAX_CONNS_PER_USER (-1) must not be negative"},
+		{"rooms per user", func(c *Gateway) { c.MaxRoomsPerUser = 0 }, "WSGATE_MAX_ROOMS_PER_USER (0) must be at least 1"},
 		{"handshake rate", func(c *Gateway) { c.HandshakeRatePerIP = -0.5 }, "WSGATE_HANDSHAKE_RATE_PER_IP (-0.5) must not be negative"},
 		{"message rate", func(c *Gateway) { c.MessageRate = -1 }, "WSGATE_MESSAGE_RATE (-1) must not be negative"},
 		{"device policy", func(c *Gateway) { c.DevicePolicy = "one" }, `WSGATE_DEVICE_POLICY ("one") must be multi or single`},

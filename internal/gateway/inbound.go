@@ -68,6 +68,10 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 			return
 		}
 		err := c.n.JoinRoom(ctx, cf.Room, c.user)
+		if ae, ok := err.(*APIError); ok && ae.Code == codeTooManyRooms {
+			c.replyRefused(cf.ID, protocol.ErrForbidden, ae.Message)
+			return
+		}
 		if err == nil {
 			err = c.followRoom(ctx, cf.Room, cf.Since)
 		}

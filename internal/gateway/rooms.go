@@ -2,12 +2,21 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/protocol"
 )
 
-// JoinRoom makes user a member of room cluster-wide: the membership is
+// codeTooManyRooms is the API's code of a join beyond
+// WSGATE_MAX_ROOMS_PER_USER; a join frame gets forbidden instead.
+const codeTooManyRooms = "too_many_rooms"
+
+// JoinRoom makes user a member of room cluster-wide (refused with 409
+// too_many_rooms beyond WSGATE_MAX_ROOMS_PER_USER): the membership is
 // stored first, then every node holding the user's connections declares
 // interest in the room (done here, so a publish right after the answer
 // finds them) and updates its local index through the bus.
@@ -30,9 +39,14 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 	start := time.Now()
 	var err error
 	if join {
-		err = n.backend.JoinRoom(ctx, room, user)
+		err = n.backend.JoinRoom(ctx, room, user, n.cfg.MaxRoomsPerUser)
 	} else {
 		err = n.backend.LeaveRoom(ctx, room, user)
+	}
+	if errors.Is(err, cluster.ErrRoomLimit) {
+		n.observe("rooms", start, nil) // an answer, not a backend failure
+		return &APIError{Status: http.StatusConflict, Code: codeTooManyRooms,
+			Message: fmt.Sprintf("user %s is a member of %d rooms, the limit (WSGATE_MAX_ROOMS_PER_USER)", user, n.cfg.MaxRoomsPerUser)}
 	}
 	n.observe("rooms", start, err)
 	if err != nil {

@@ -1,7 +1,10 @@
 package clustertest
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -9,6 +12,7 @@ import (
 
 var roomTests = []subtest{
 	{"JoinLeave", testRoomsJoinLeave},
+	{"Limit", testRoomsLimit},
 	{"Interest", testRoomsInterest},
 	{"InterestExpires", testRoomsInterestExpires},
 	{"RemoveNodeDropsInterest", testRoomsRemoveNode},
@@ -39,10 +43,10 @@ func testRoomsJoinLeave(t *testing.T, b cluster.Backend) {
 	ctx := ctxFor(t)
 	checkStrings(t, "members of an unknown room", members(t, b, "lobby"))
 	checkStrings(t, "rooms of an unknown user", userRooms(t, b, "alice"))
-	must(t, b.JoinRoom(ctx, "lobby", "alice"))
-	must(t, b.JoinRoom(ctx, "lobby", "bob"))
-	must(t, b.JoinRoom(ctx, "team-1", "alice"))
-	must(t, b.JoinRoom(ctx, "lobby", "alice")) // twice: no duplicate
+	must(t, b.JoinRoom(ctx, "lobby", "alice", 0))
+	must(t, b.JoinRoom(ctx, "lobby", "bob", 0))
+	must(t, b.JoinRoom(ctx, "team-1", "alice", 0))
+	must(t, b.JoinRoom(ctx, "lobby", "alice", 0)) // twice: no duplicate
 	checkStrings(t, "members(lobby)", members(t, b, "lobby"), "alice", "bob")
 	checkStrings(t, "members(team-1)", members(t, b, "team-1"), "alice")
 	checkStrings(t, "rooms(alice)", userRooms(t, b, "alice"), "lobby", "team-1")
@@ -55,6 +59,66 @@ func testRoomsJoinLeave(t *testing.T, b cluster.Backend) {
 	checkStrings(t, "rooms(alice) after leave", userRooms(t, b, "alice"), "team-1")
 	must(t, b.LeaveRoom(ctx, "lobby", "bob"))
 	checkStrings(t, "members(lobby) when empty", members(t, b, "lobby"))
+}
+
+// testRoomsLimit: concurrent joins of one user never exceed the bound; a
+// refused join stores nothing on either side; joining a room the user is a
+// member of is never refused; a leave makes room; 0 is no limit.
+func testRoomsLimit(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	const bound = 3
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var accepted []string
+	refused := 0
+	for i := range 12 {
+		wg.Go(func() {
+			room := fmt.Sprint("lim-", i)
+			err := b.JoinRoom(ctx, room, "lim", bound)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				accepted = append(accepted, room)
+			case errors.Is(err, cluster.ErrRoomLimit):
+				refused++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(accepted) != bound || refused != 12-bound {
+		t.Fatalf("%d accepted (%v), %d refused with a bound of %d", len(accepted), accepted, refused, bound)
+	}
+	slices.Sort(accepted)
+	checkStrings(t, "rooms(lim)", userRooms(t, b, "lim"), accepted...)
+	for i := range 12 {
+		room := fmt.Sprint("lim-", i)
+		if slices.Contains(accepted, room) {
+			checkStrings(t, "members("+room+")", members(t, b, room), "lim")
+		} else {
+			checkStrings(t, "members of refused "+room, members(t, b, room))
+		}
+	}
+	for _, room := range accepted {
+		if err := b.JoinRoom(ctx, room, "lim", bound); err != nil {
+			t.Fatalf("join of %s, already a member, at the bound: %v", room, err)
+		}
+	}
+	if err := b.JoinRoom(ctx, "lim-other", "lim", bound); !errors.Is(err, cluster.ErrRoomLimit) {
+		t.Fatalf("join beyond the bound: %v, want ErrRoomLimit", err)
+	}
+	must(t, b.JoinRoom(ctx, "lim-0", "other", 1)) // another user's own count
+	must(t, b.LeaveRoom(ctx, accepted[0], "lim"))
+	must(t, b.JoinRoom(ctx, "lim-other", "lim", bound))
+	if err := b.JoinRoom(ctx, accepted[0], "lim", bound); !errors.Is(err, cluster.ErrRoomLimit) {
+		t.Fatalf("rejoin of a room left, at the bound: %v, want ErrRoomLimit", err)
+	}
+	must(t, b.JoinRoom(ctx, accepted[0], "lim", 0)) // no limit
+	if got := userRooms(t, b, "lim"); len(got) != bound+1 {
+		t.Fatalf("rooms(lim) after a join without limit: %v", got)
+	}
 }
 
 func testRoomsInterest(t *testing.T, b cluster.Backend) {
@@ -98,7 +162,7 @@ func testRoomsRemoveNode(t *testing.T, b cluster.Backend) {
 	must(t, b.RegisterNode(ctx, sampleNode("n2")))
 	must(t, b.SetRoomInterest(ctx, "n1", []string{"lobby", "team-1"}, longTTL))
 	must(t, b.SetRoomInterest(ctx, "n2", []string{"lobby"}, longTTL))
-	must(t, b.JoinRoom(ctx, "lobby", "alice"))
+	must(t, b.JoinRoom(ctx, "lobby", "alice", 0))
 	must(t, b.RemoveNode(ctx, "n1"))
 	checkStrings(t, "RoomNodes(lobby)", roomNodes(t, b, "lobby"), "n2")
 	checkStrings(t, "RoomNodes(team-1)", roomNodes(t, b, "team-1"))
