@@ -163,9 +163,9 @@ type connExtra struct {
 	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
 	held []*delivery             // live deliveries held while resuming, in arrival order
 
-	sendq   []*protocol.ClientFrame // send frames waiting for the sink, in frame order (upstream.go)
-	sending bool                    // a send worker is running
-	rpcs    int                     // rpc calls in flight (rpc.go)
+	sendq   []queuedSend // send frames waiting for the sink, in frame order (upstream.go)
+	sending bool         // a send worker is running
+	rpcs    int          // rpc calls in flight (rpc.go)
 
 	// The grants of the last accepted refresh frame (refresh.go); the
 	// handshake's stay in meta, which never changes.

@@ -52,7 +52,7 @@ func (c *conn) handleSend(cf *protocol.ClientFrame) {
 		c.replyRefused(cf.ID, protocol.ErrUnavailable, "too many sends waiting for the upstream; retry")
 		return
 	}
-	x.sendq = append(x.sendq, cf)
+	x.sendq = append(x.sendq, queuedSend{cf: cf, deadline: time.Now().Add(upstreamDeadline)})
 	start := !x.sending
 	x.sending = true
 	c.mu.Unlock()
@@ -62,6 +62,14 @@ func (c *conn) handleSend(cf *protocol.ClientFrame) {
 		c.mu.Unlock()
 		c.replyRefused(cf.ID, protocol.ErrUnavailable, "node shutting down")
 	}
+}
+
+// queuedSend is a send frame waiting for its connection's send worker,
+// with the time by which it must be answered: the 5 s of the contract run
+// from the frame's arrival, also for a send queued behind others.
+type queuedSend struct {
+	cf       *protocol.ClientFrame
+	deadline time.Time
 }
 
 // runSends forwards the queued sends one after the other. When one fails,
@@ -78,24 +86,29 @@ func (c *conn) runSends() {
 			c.mu.Unlock()
 			return
 		}
-		cf := x.sendq[0]
-		x.sendq[0] = nil
+		q := x.sendq[0]
+		x.sendq[0] = queuedSend{}
 		x.sendq = x.sendq[1:]
 		c.mu.Unlock()
-		if err := c.forward(cf); err != nil {
+		cf := q.cf
+		if err := c.forward(cf, q.deadline); err != nil {
 			c.replyRefused(cf.ID, protocol.ErrUnavailable, err.Error())
 			c.mu.Lock()
 			behind := x.sendq
 			x.sendq = nil
 			c.mu.Unlock()
 			for _, b := range behind {
-				c.replyRefused(b.ID, protocol.ErrUnavailable, "an earlier send of this connection failed; retry in order")
+				c.replyRefused(b.cf.ID, protocol.ErrUnavailable, "an earlier send of this connection failed; retry in order")
 			}
 			continue
 		}
 		c.reply(cf.ID, nil, 0)
 	}
 }
+
+// errSendLate: the send waited its whole 5 s behind earlier sends of its
+// connection; it is answered unavailable untried (the client retries).
+var errSendLate = errors.New("no answer from the upstream within 5 s (earlier sends of this connection were still waiting); retry")
 
 // errSendInFlight: the same send id is being forwarded right now (by this
 // node or another one after a retry).
@@ -105,9 +118,12 @@ var errSendInFlight = errors.New("a send with this id is still being forwarded; 
 // accepted in the last 10 minutes. The id is claimed in the cluster backend
 // first (cluster-wide, so a retry landing on another node is seen), and
 // marked accepted only after the sink accepted the record.
-func (c *conn) forward(cf *protocol.ClientFrame) error {
+func (c *conn) forward(cf *protocol.ClientFrame, deadline time.Time) error {
 	n := c.n
-	ctx, cancel := context.WithTimeout(n.ctx, upstreamDeadline)
+	if !time.Now().Before(deadline) {
+		return errSendLate
+	}
+	ctx, cancel := context.WithDeadline(n.ctx, deadline)
 	defer cancel()
 	key := sendKey(c.user, cf.ID)
 	kc, err := n.backend.ClaimKey(ctx, key, "send", n.newID(), sendDedupTTL)

@@ -25,6 +25,7 @@ type hook struct {
 	mu      sync.Mutex
 	recs    []upstream.Record
 	failing atomic.Bool
+	delay   atomic.Int64  // nanoseconds each request takes before its answer
 	hold    chan struct{} // non-nil: requests wait until it is closed
 	arrived chan struct{} // one value per request that reached the handler
 }
@@ -45,6 +46,13 @@ func newHook(t *testing.T) *hook {
 		if hold != nil {
 			select {
 			case <-hold:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if d := time.Duration(h.delay.Load()); d > 0 {
+			select {
+			case <-time.After(d): // a slow sink, not a synchronisation
 			case <-r.Context().Done():
 				return
 			}
@@ -173,6 +181,30 @@ func TestSendUnavailableThenRetriedOnce(t *testing.T) {
 	}
 	if got := counterValue(t, n, "wsgate_upstream_errors_total", ""); got < 1 {
 		t.Fatalf("wsgate_upstream_errors_total = %v, want >= 1", got)
+	}
+}
+
+// The contract's 5 s run from a send's arrival: a send queued behind
+// slow (but successful) sends of its connection is answered unavailable
+// when its 5 s are spent, not after the sends before it plus 5 s more.
+func TestSendQueuedBehindSlowSendsIsAnsweredWithinItsDeadline(t *testing.T) {
+	h := newHook(t)
+	h.delay.Store(int64(2 * time.Second))
+	n := startNode(t, withHook(h))
+	c := n.connect(t, "sam", "")
+	for i := range 4 {
+		c.send(fmt.Sprintf(`{"type":"send","id":"q%d","event":"chat","data":%d}`, i, i))
+	}
+	got := map[string]map[string]any{}
+	for range 4 {
+		f := c.expect("reply")
+		got[f["id"].(string)] = f
+	}
+	// q0 is accepted after 2 s and q1 after 4 s; q2 would be after 6 s.
+	for id, want := range map[string]bool{"q0": true, "q1": true, "q2": false, "q3": false} {
+		if f := got[id]; (f["ok"] == true) != want || (!want && errCode(f) != "unavailable") {
+			t.Errorf("reply to %s: %v, want ok %v (unavailable otherwise)", id, f, want)
+		}
 	}
 }
 
