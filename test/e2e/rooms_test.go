@@ -47,6 +47,15 @@ func newRoomRun(t *testing.T, c *gwCluster, nodes []*gateway, rooms []string, us
 	rr := &roomRun{t: t, c: c, rooms: rooms, rec: newRecorder()}
 	rr.ledger = newLedger(rr.rec)
 	rr.setLive(nodes...)
+	// The rooms are reliable before anyone connects: a connection that
+	// follows a room while it is still plain starts its position at the
+	// first reliable message it receives (see reliability.md, "Reliable
+	// rooms": the first messages of a room that becomes reliable).
+	for _, room := range rooms {
+		if a, _, err := nodes[0].publish(toReliableRoom(room, "open")); err != nil || a.Seq != 1 {
+			t.Fatalf("making %s reliable: %+v %v", room, a, err)
+		}
+	}
 	for i := range users {
 		u := fmt.Sprintf("ru-%02d", i)
 		rr.users = append(rr.users, u)
