@@ -85,6 +85,8 @@ type runner struct {
 	targetOnce sync.Once
 	targetDone chan struct{}
 
+	sends sendState // the send scenario
+
 	// storm
 	stormOn                  atomic.Bool
 	stormLeft                atomic.Int64

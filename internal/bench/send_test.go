@@ -1,0 +1,64 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/wsgate/wsgate/internal/testutil/natstest"
+	"github.com/wsgate/wsgate/internal/testutil/redistest"
+)
+
+// TestSendRedisStreams runs the send scenario against a node whose sink is
+// a real redis-server: every frame written is answered ok, and the
+// stream holds exactly that many records.
+func TestSendRedisStreams(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Options{})
+	g := startGateway(t, "dev", "WSGATE_UPSTREAM_URL="+srv.URL()+"?stream=bench-up")
+	res := runBench(t, "send", "--url", g.wsURL(), "--conns", "20", "--rate", "100", "--duration", "2s", "--settle", smokeSettle)
+	checkCommon(t, res, 20)
+	s := checkSends(t, res.rep, 200)
+	n, err := srv.Client().XLen(context.Background(), "bench-up").Result()
+	if err != nil || n != s.OK {
+		t.Errorf("the stream holds %d records (%v), want the %d sends answered ok", n, err, s.OK)
+	}
+}
+
+// TestSendJetStream: the same against nats-server -js.
+func TestSendJetStream(t *testing.T) {
+	ns := natstest.Start(t)
+	g := startGateway(t, "dev", "WSGATE_UPSTREAM_URL="+ns.URL()+"?subject=bench.up&stream=BENCH")
+	res := runBench(t, "send", "--url", g.wsURL(), "--conns", "20", "--rate", "100", "--duration", "2s", "--settle", smokeSettle)
+	checkCommon(t, res, 20)
+	checkSends(t, res.rep, 200)
+}
+
+// TestSendNoUpstream: without a sink every send is refused (forbidden);
+// the bench counts the refusals and fails its check.
+func TestSendNoUpstream(t *testing.T) {
+	g := startGateway(t, "dev")
+	res := runBench(t, "send", "--url", g.wsURL(), "--conns", "5", "--rate", "50", "--duration", "1s", "--settle", smokeSettle)
+	s := res.rep.Sends
+	if res.code != 1 || s == nil || s.Written != 50 || s.Refused != 50 || s.RefusedCode != "forbidden" || s.OK != 0 || s.Unanswered != 0 {
+		t.Fatalf("exit %d, sends %+v: want 50 written, 50 refused forbidden, exit 1", res.code, s)
+	}
+}
+
+// checkSends asserts that want frames were written and each got one ok
+// reply with its latency, and that the node's CPU was divided by them.
+func checkSends(t *testing.T, rep *Report, want int64) *SendsReport {
+	t.Helper()
+	s := rep.Sends
+	if s == nil {
+		t.Fatal("no send figures")
+	}
+	if s.Written != want || s.OK != want || s.Unavailable != 0 || s.Refused != 0 || s.Unanswered != 0 || s.Foreign != 0 || s.Skipped != 0 {
+		t.Errorf("sends %+v: want %d written, all ok", s, want)
+	}
+	if rep.Latency == nil || rep.Latency.Count != uint64(want) {
+		t.Errorf("latency %+v, want %d samples", rep.Latency, want)
+	}
+	if s.CPUPerOKS <= 0 {
+		t.Errorf("CPU per record %v, want > 0 (node CPU %v s)", s.CPUPerOKS, rep.Derived.LoadCPUSeconds)
+	}
+	return s
+}
