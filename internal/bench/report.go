@@ -528,7 +528,7 @@ func (r *runner) checks(rep *Report) []Check {
 		}
 	}
 	if s := rep.Sends; s != nil {
-		add("send replies", s.Written > 0 && s.Unanswered == 0 && s.Refused == 0 && s.Foreign == 0,
+		add("send replies", s.OK > 0 && s.Unanswered == 0 && s.Refused == 0 && s.Foreign == 0,
 			"%d written: ok %d + unavailable %d + refused %d (%s) + unanswered %d; %d foreign replies",
 			s.Written, s.OK, s.Unavailable, s.Refused, s.RefusedCode, s.Unanswered, s.Foreign)
 	}

@@ -16,8 +16,10 @@ import (
 // gateway answers each with a reply once its sink (WSGATE_UPSTREAM_URL)
 // accepted the record, or unavailable. The bench counts the replies by
 // answer and records the time from writing a frame to reading its reply
-// (r.lat). Frame ids are the send's index in the run, so a reply finds
-// its send time in sendAt without a lock.
+// (r.lat). Frame ids are <run id>-<index in the run>: a reply finds its
+// send time in sendState.at without a lock, and no id repeats one of an
+// earlier run (the gateway answers an id it accepted in the last 10
+// minutes ok without forwarding it again).
 
 // sendEvent is the event of the bench's send frames.
 const sendEvent = "bench.send"
@@ -73,7 +75,7 @@ func (r *runner) sendLoad(ctx context.Context) {
 				continue
 			}
 			st.at[k].Store(time.Now().UnixNano())
-			f := &protocol.ClientFrame{Type: protocol.TypeSend, ID: strconv.FormatInt(k, 10), Event: sendEvent, Data: data}
+			f := &protocol.ClientFrame{Type: protocol.TypeSend, ID: r.runID + "-" + strconv.FormatInt(k, 10), Event: sendEvent, Data: data}
 			if c.WriteFrame(f) != nil {
 				st.at[k].Store(0)
 				st.writeErrors.Add(1)
@@ -101,8 +103,9 @@ func (s *slot) onReply(id string, ok bool, code string) {
 	r := s.r
 	st := &r.sends
 	now := time.Now().UnixNano()
-	k, err := strconv.ParseInt(id, 10, 64)
-	if err != nil || k < 0 || k >= int64(len(st.at)) {
+	idx, mine := strings.CutPrefix(id, r.runID+"-")
+	k, err := strconv.ParseInt(idx, 10, 64)
+	if !mine || err != nil || k < 0 || k >= int64(len(st.at)) {
 		st.foreign.Add(1)
 		return
 	}
