@@ -548,10 +548,14 @@ func (r *runner) checks(rep *Report) []Check {
 			}
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("no leak check and no node figures: /metrics unavailable (%s); set --metrics", why))
 		} else {
-			add("leak check", leakFree(*t.Baseline, *t.Final),
-				"after close: connections %.0f (baseline %.0f), goroutines %.0f (baseline %.0f, tolerance %d), open fds %.0f (baseline %.0f, tolerance %d; Redis pool %.0f, baseline %.0f)",
+			fds := ""
+			if r.cfg.Scenario == ScenarioSend {
+				fds = "; fds not checked: the upstream sink's pool is not exported"
+			}
+			add("leak check", r.leakFree(*t.Baseline, *t.Final),
+				"after close: connections %.0f (baseline %.0f), goroutines %.0f (baseline %.0f, tolerance %d), open fds %.0f (baseline %.0f, tolerance %d; Redis pool %.0f, baseline %.0f%s)",
 				t.Final.Connections, t.Baseline.Connections, t.Final.Goroutines, t.Baseline.Goroutines, leakGoroutines,
-				t.Final.OpenFDs, t.Baseline.OpenFDs, leakFDs, t.Final.BackendConns, t.Baseline.BackendConns)
+				t.Final.OpenFDs, t.Baseline.OpenFDs, leakFDs, t.Final.BackendConns, t.Baseline.BackendConns, fds)
 		}
 	}
 	if r.cleanupErr != "" {
