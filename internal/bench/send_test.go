@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/wsgate/wsgate/internal/testutil/natstest"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
 )
@@ -27,13 +30,30 @@ func TestSendRedisStreams(t *testing.T) {
 	}
 }
 
-// TestSendJetStream: the same against nats-server -js.
+// TestSendJetStream: the same against nats-server -js, once: the stream
+// holds a record for each ok reply.
 func TestSendJetStream(t *testing.T) {
 	ns := natstest.Start(t)
 	g := startGateway(t, "dev", "WSGATE_UPSTREAM_URL="+ns.URL()+"?subject=bench.up&stream=BENCH")
 	res := runBench(t, "send", "--url", g.wsURL(), "--conns", "20", "--rate", "100", "--duration", "2s", "--settle", smokeSettle)
 	checkCommon(t, res, 20)
-	checkSends(t, res.rep, 200)
+	s := checkSends(t, res.rep, 200)
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(context.Background(), "BENCH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != uint64(s.OK) {
+		t.Errorf("the stream holds %d records, want the %d sends answered ok", n, s.OK)
+	}
 }
 
 // TestSendNoUpstream: without a sink every send is refused (forbidden);
