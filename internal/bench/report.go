@@ -671,6 +671,9 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(tw, "sends\twritten %d\tok %d\tunavailable %d\trefused %d\tunanswered %d\t(skipped %d, write errors %d)\n",
 			s.Written, s.OK, s.Unavailable, s.Refused, s.Unanswered, s.Skipped, s.WriteErrors)
 		fmt.Fprintf(tw, "  rates\twritten %.0f/s (target %g)\tok %.0f/s\tlag max %s\n", s.WriteRate, s.TargetRate, s.OKRate, fmtMS(s.PublishLagMS))
+		for _, k := range slices.Sorted(maps.Keys(s.UnavailableWhy)) {
+			fmt.Fprintf(tw, "  unavailable\t%d\t%s\n", s.UnavailableWhy[k], k)
+		}
 		if l := rep.Latency; l != nil {
 			fmt.Fprintf(tw, "reply latency\tp50 %s\tp95 %s\tp99 %s\tmax %s\t(p99.9 %s, mean %s, %d replies)\n",
 				fmtMS(l.P50MS), fmtMS(l.P95MS), fmtMS(l.P99MS), fmtMS(l.MaxMS), fmtMS(l.P999MS), fmtMS(l.MeanMS), l.Count)

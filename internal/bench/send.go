@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +41,9 @@ type sendState struct {
 	end         time.Time // the last frame written
 
 	refusedCode atomic.Value // string: the first other error code
+
+	mu             sync.Mutex
+	unavailableWhy map[string]int64 // the error messages of unavailable replies
 }
 
 // sendLoad writes --rate send frames per second for --duration, then
@@ -99,7 +104,7 @@ func sendData(size int) json.RawMessage {
 
 // onReply accounts a reply to a send: its latency, once per id, and its
 // answer. code is the error code of a refused send.
-func (s *slot) onReply(id string, ok bool, code string) {
+func (s *slot) onReply(id string, ok bool, code, msg string) {
 	r := s.r
 	st := &r.sends
 	now := time.Now().UnixNano()
@@ -121,6 +126,12 @@ func (s *slot) onReply(id string, ok bool, code string) {
 		st.ok.Add(1)
 	case code == protocol.ErrUnavailable:
 		st.unavailable.Add(1)
+		st.mu.Lock()
+		if st.unavailableWhy == nil {
+			st.unavailableWhy = map[string]int64{}
+		}
+		st.unavailableWhy[trim(msg, 80)]++
+		st.mu.Unlock()
 	default:
 		st.refused.Add(1)
 		st.refusedCode.CompareAndSwap(nil, code)
@@ -131,20 +142,22 @@ func (s *slot) onReply(id string, ok bool, code string) {
 // SendsReport counts the send frames of the send scenario and their
 // replies: written = ok + unavailable + refused + unanswered.
 type SendsReport struct {
-	TargetRate   float64 `json:"target_rate"`
-	Written      int64   `json:"written"`
-	WriteErrors  int64   `json:"write_errors"`
-	Skipped      int64   `json:"skipped"` // due on a slot with no open connection
-	OK           int64   `json:"ok"`
-	Unavailable  int64   `json:"unavailable"`
-	Refused      int64   `json:"refused"` // another error code
-	RefusedCode  string  `json:"refused_code,omitempty"`
-	Unanswered   int64   `json:"unanswered"`
-	Foreign      int64   `json:"foreign_replies"` // unknown id or a second reply
-	WriteRate    float64 `json:"write_rate"`      // frames written per second of the send phase
-	OKRate       float64 `json:"ok_rate"`         // ok replies per second, first write to last reply
-	CPUPerOKS    float64 `json:"cpu_per_ok_s"`    // the nodes' CPU in the load phase per ok reply
-	PublishLagMS float64 `json:"lag_max_ms"`      // how far the writer fell behind its schedule
+	TargetRate  float64 `json:"target_rate"`
+	Written     int64   `json:"written"`
+	WriteErrors int64   `json:"write_errors"`
+	Skipped     int64   `json:"skipped"` // due on a slot with no open connection
+	OK          int64   `json:"ok"`
+	Unavailable int64   `json:"unavailable"`
+	// UnavailableWhy counts the unavailable replies by error message.
+	UnavailableWhy map[string]int64 `json:"unavailable_reasons,omitempty"`
+	Refused        int64            `json:"refused"` // another error code
+	RefusedCode    string           `json:"refused_code,omitempty"`
+	Unanswered     int64            `json:"unanswered"`
+	Foreign        int64            `json:"foreign_replies"` // unknown id or a second reply
+	WriteRate      float64          `json:"write_rate"`      // frames written per second of the send phase
+	OKRate         float64          `json:"ok_rate"`         // ok replies per second, first write to last reply
+	CPUPerOKS      float64          `json:"cpu_per_ok_s"`    // the nodes' CPU in the load phase per ok reply
+	PublishLagMS   float64          `json:"lag_max_ms"`      // how far the writer fell behind its schedule
 }
 
 func (r *runner) sendsReport() *SendsReport {
@@ -157,6 +170,9 @@ func (r *runner) sendsReport() *SendsReport {
 	if v, ok := st.refusedCode.Load().(string); ok {
 		s.RefusedCode = v
 	}
+	st.mu.Lock()
+	s.UnavailableWhy = maps.Clone(st.unavailableWhy)
+	st.mu.Unlock()
 	s.Unanswered = s.Written - s.OK - s.Unavailable - s.Refused
 	if d := st.end.Sub(st.start).Seconds(); d > 0 {
 		s.WriteRate = float64(s.Written) / d

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -64,6 +65,31 @@ func TestSendNoUpstream(t *testing.T) {
 	s := res.rep.Sends
 	if res.code != 1 || s == nil || s.Written != 50 || s.Refused != 50 || s.RefusedCode != "forbidden" || s.OK != 0 || s.Unanswered != 0 {
 		t.Fatalf("exit %d, sends %+v: want 50 written, 50 refused forbidden, exit 1", res.code, s)
+	}
+}
+
+// TestSendSinkPaused: with the sink's redis-server stopped (SIGSTOP) every
+// send is answered unavailable, by the 5 s deadline or behind a failed
+// send of its connection, and the bench counts each one with its reason.
+func TestSendSinkPaused(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Options{})
+	g := startGateway(t, "dev", "WSGATE_UPSTREAM_URL="+srv.URL()+"?stream=bench-up")
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	res := runBench(t, "send", "--url", g.wsURL(), "--conns", "2", "--rate", "10", "--duration", "1s", "--settle", smokeSettle)
+	s := res.rep.Sends
+	if res.code != 1 || s == nil || s.Written != 10 || s.Unavailable != 10 || s.OK != 0 || s.Unanswered != 0 {
+		t.Fatalf("exit %d, sends %+v: want 10 written, 10 unavailable, exit 1", res.code, s)
+	}
+	var n int64
+	for why, k := range s.UnavailableWhy {
+		if !strings.HasPrefix(why, "upstream unavailable") && !strings.HasPrefix(why, "an earlier send of this connection failed") {
+			t.Errorf("%d unavailable replies said %q", k, why)
+		}
+		n += k
+	}
+	if n != 10 {
+		t.Errorf("reasons %v count %d replies, want 10", s.UnavailableWhy, n)
 	}
 }
 

@@ -208,11 +208,11 @@ func (s *slot) handle(c *wsConn, format protocol.Format, p []byte) bool {
 		s.redirect = f.URL
 	case protocol.TypeReply:
 		if s.r.cfg.Scenario == ScenarioSend {
-			code := ""
+			var code, msg string
 			if f.Error != nil {
-				code = f.Error.Code
+				code, msg = f.Error.Code, f.Error.Message
 			}
-			s.onReply(f.ID, f.OK, code)
+			s.onReply(f.ID, f.OK, code, msg)
 		}
 	case protocol.TypeError:
 		s.r.errorFrames.Add(1)
