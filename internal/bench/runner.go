@@ -164,6 +164,7 @@ func newRunner(cfg Config) *runner {
 	r.target.Store(1<<62 - 1)
 	r.phase.Store("start")
 	r.buildSlots()
+	r.sends.sendSlots(cfg)
 	return r
 }
 

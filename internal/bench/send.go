@@ -52,8 +52,7 @@ func (r *runner) sendLoad(ctx context.Context) {
 	r.setPhase("sending")
 	st := &r.sends
 	rate, dur := r.cfg.Rate, r.cfg.Duration
-	total := int64(rate * dur.Seconds())
-	st.at = make([]atomic.Int64, total)
+	total := int64(len(st.at))
 	data := sendData(r.cfg.Size)
 	tick := time.NewTicker(pubTick(rate))
 	defer tick.Stop()
@@ -95,6 +94,14 @@ func (r *runner) sendLoad(ctx context.Context) {
 	}
 	st.end = time.Now()
 	r.drain(ctx) // the target is the frames written: every one gets a reply
+}
+
+// sendSlots sizes the send times of a send run (before any reader
+// starts: the readers index them without a lock).
+func (st *sendState) sendSlots(cfg Config) {
+	if cfg.Scenario == ScenarioSend {
+		st.at = make([]atomic.Int64, int64(cfg.Rate*cfg.Duration.Seconds()))
+	}
 }
 
 // sendData is the data of every send: a JSON string of size bytes in all.
