@@ -69,8 +69,8 @@ func TestSendNoUpstream(t *testing.T) {
 }
 
 // TestSendSinkPaused: with the sink's redis-server stopped (SIGSTOP) every
-// send is answered unavailable, by the 5 s deadline or behind a failed
-// send of its connection, and the bench counts each one with its reason.
+// send is answered unavailable, its sink write timed out or it was queued
+// behind one that did, and the bench counts each one with its reason.
 func TestSendSinkPaused(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Options{})
 	g := startGateway(t, "dev", "WSGATE_UPSTREAM_URL="+srv.URL()+"?stream=bench-up")
