@@ -84,7 +84,7 @@ func (r *runner) scenario(ctx context.Context) error {
 // accepted (send: the replies to the frames written).
 func (r *runner) expected() int64 {
 	if r.cfg.Scenario == ScenarioSend {
-		return r.sends.written.Load() // one reply each
+		return r.sent.Load() // the frames written: one reply each
 	}
 	var n int64
 	for _, s := range r.slots {

@@ -29,7 +29,6 @@ const sendEvent = "bench.send"
 // sendState is the send scenario's part of a runner.
 type sendState struct {
 	at          []atomic.Int64 // Unix ns each send was written; 0 = not written or answered
-	written     atomic.Int64   // frames written
 	writeErrors atomic.Int64   // frames the connection refused (closed)
 	skipped     atomic.Int64   // sends due on a slot with no open connection
 	ok          atomic.Int64
@@ -85,7 +84,7 @@ func (r *runner) sendLoad(ctx context.Context) {
 				st.writeErrors.Add(1)
 				continue
 			}
-			st.written.Add(1)
+			r.sent.Add(1) // frames written (the timeline's sent)
 		}
 		select {
 		case <-tick.C:
@@ -170,7 +169,7 @@ type SendsReport struct {
 func (r *runner) sendsReport() *SendsReport {
 	st := &r.sends
 	s := &SendsReport{
-		TargetRate: r.cfg.Rate, Written: st.written.Load(), WriteErrors: st.writeErrors.Load(),
+		TargetRate: r.cfg.Rate, Written: r.sent.Load(), WriteErrors: st.writeErrors.Load(),
 		Skipped: st.skipped.Load(), OK: st.ok.Load(), Unavailable: st.unavailable.Load(),
 		Refused: st.refused.Load(), Foreign: st.foreign.Load(), PublishLagMS: nsToMS(r.pubLag.Load()),
 	}

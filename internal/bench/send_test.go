@@ -107,6 +107,13 @@ func checkSends(t *testing.T, rep *Report, want int64) *SendsReport {
 	if rep.Latency == nil || rep.Latency.Count != uint64(want) {
 		t.Errorf("latency %+v, want %d samples", rep.Latency, want)
 	}
+	var sent, replies int64
+	for _, p := range rep.Timeline {
+		sent, replies = sent+p.Sent, replies+p.Received
+	}
+	if sent != want || replies != want {
+		t.Errorf("the timeline has %d sends and %d replies, want %d", sent, replies, want)
+	}
 	if s.CPUPerOKS <= 0 {
 		t.Errorf("CPU per record %v, want > 0 (node CPU %v s)", s.CPUPerOKS, rep.Derived.LoadCPUSeconds)
 	}
