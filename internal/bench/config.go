@@ -21,10 +21,11 @@ const (
 	ScenarioRoom      = "room"
 	ScenarioChurn     = "churn"
 	ScenarioStorm     = "storm"
+	ScenarioSend      = "send"
 )
 
 // Scenarios lists every scenario in the order of the help.
-var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm}
+var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend}
 
 // defaultRate is the --rate of each scenario when the flag is 0.
 var defaultRate = map[string]float64{
@@ -32,6 +33,7 @@ var defaultRate = map[string]float64{
 	ScenarioPush:      1000, // user messages per second
 	ScenarioRoom:      100,  // room messages per second
 	ScenarioChurn:     100,  // connections closed and reopened per second
+	ScenarioSend:      1000, // send frames per second
 }
 
 // Config is one bench run. Zero values take the documented defaults
@@ -100,15 +102,16 @@ func newSet(s *settings) *config.Set {
 		"  push       per-user messages through /api/v1/publish/batch at --rate (--reliable): latency, loss\n" +
 		"  room       --users join --rooms through the API; room messages at --rate: latency, loss\n" +
 		"  churn      close and reopen --rate connections per second; checks nothing leaks\n" +
-		"  storm      drop every connection at once; reconnect with backoff: time to full reconnection"
+		"  storm      drop every connection at once; reconnect with backoff: time to full reconnection\n" +
+		"  send       send frames at --rate to the node's upstream sink: replies ok/unavailable, reply latency, CPU per record"
 	set.List(&s.url, "url", []string{"ws://127.0.0.1:8080/ws"}, "gateway WebSocket URL, or a comma list of node URLs (connections spread round-robin)")
 	set.String(&s.allocator, "allocator", "", "allocator base URL (http://host:port); when set, every dial asks /v1/allocate?user= first")
 	set.List(&s.api, "api", nil, "comma list of node HTTP base URLs for publishing and room membership").DefaultText("derived from --url")
 	set.String(&s.apiKey, "api-key", "", "server API key (Authorization: Bearer); empty for wsgate dev").Secret()
 	set.String(&s.jwtSecret, "jwt-secret", "", "HS256 secret: mint a token per connection (sub = bench-<n>); empty = ?user=bench-<n> (insecure servers)").Secret()
 	set.Int(&s.conns, "conns", 1000, "connections to open (at most ~19 000 per process: one descriptor each)")
-	set.Float(&s.rate, "rate", 0, "messages per second (broadcast, push, room) or reconnections per second (churn)").
-		DefaultText("0 = scenario default: broadcast 10, push 1000, room 100, churn 100")
+	set.Float(&s.rate, "rate", 0, "messages per second (broadcast, push, room), reconnections per second (churn) or send frames per second (send)").
+		DefaultText("0 = scenario default: broadcast 10, push 1000, room 100, churn 100, send 1000")
 	set.Duration(&s.duration, "duration", 30*time.Second, "length of the load phase (storm: longest wait for full reconnection)")
 	set.String(&s.sourceIPs, "source-ips", "", "source addresses of the dials, round-robin: list, FIRST-LAST range or CIDR (127.0.0.2-127.0.0.40), to pass the ephemeral-port limit")
 	set.String(&s.jsonFile, "json", "", "write every figure of the report to this JSON file")
@@ -294,4 +297,6 @@ func (c Config) needsAPI() bool {
 	return c.Scenario == ScenarioBroadcast || c.Scenario == ScenarioPush || c.Scenario == ScenarioRoom
 }
 
-func (c Config) needsRate() bool { return c.needsAPI() || c.Scenario == ScenarioChurn }
+func (c Config) needsRate() bool {
+	return c.needsAPI() || c.Scenario == ScenarioChurn || c.Scenario == ScenarioSend
+}

@@ -15,8 +15,8 @@ type Point struct {
 	Open       int64   `json:"open"`          // connections open at the end of the second
 	Connects   int64   `json:"connects"`      // successful dials in the second
 	DialFails  int64   `json:"dial_failures"` // failed dials in the second
-	Sent       int64   `json:"sent"`          // messages accepted by the API in the second
-	Received   int64   `json:"received"`      // distinct messages received in the second
+	Sent       int64   `json:"sent"`          // messages accepted by the API (send: frames written) in the second
+	Received   int64   `json:"received"`      // distinct messages (send: replies) received in the second
 	Samples    uint64  `json:"latency_samples"`
 	P50MS      float64 `json:"p50_ms"`
 	P95MS      float64 `json:"p95_ms"`
@@ -139,6 +139,10 @@ func (p *progress) write(pt Point, total *Snapshot) {
 		} else if total.N > 0 {
 			fmt.Fprintf(&b, " | p50 %s p99 %s (all)", fmtDur(total.Quantile(0.5)), fmtDur(total.Quantile(0.99)))
 		}
+	case ScenarioSend:
+		st := &r.sends
+		fmt.Fprintf(&b, " | sends %d (+%d/s) replies %d (+%d/s): ok %d unavailable %d refused %d",
+			r.sent.Load(), pt.Sent, r.received.Load(), pt.Received, st.ok.Load(), st.unavailable.Load(), st.refused.Load())
 	case ScenarioChurn:
 		fmt.Fprintf(&b, " | cycles %d reopened %d", r.churnCycles.Load(), r.churnDone.Load())
 	case ScenarioStorm:

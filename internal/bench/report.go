@@ -30,6 +30,7 @@ type Report struct {
 	PublishAPI  *LatencyReport     `json:"publish_request,omitempty"`
 	Churn       *ChurnReport       `json:"churn,omitempty"`
 	Storm       *StormReport       `json:"storm,omitempty"`
+	Sends       *SendsReport       `json:"sends,omitempty"`
 	Nodes       []NodeReport       `json:"nodes"`
 	Total       NodeReport         `json:"nodes_total"`
 	Derived     Derived            `json:"derived"`
@@ -305,6 +306,11 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 	if cfg.Scenario == ScenarioStorm {
 		rep.Storm = r.stormReport()
 	}
+	if cfg.Scenario == ScenarioSend {
+		rep.Sends = r.sendsReport()
+		l := latencyReport(r.lat.Snapshot(), true) // write to reply
+		rep.Latency = &l
+	}
 
 	// Nodes.
 	r.mu.Lock()
@@ -484,6 +490,9 @@ func (r *runner) derive(rep *Report) Derived {
 	if rep.Storm != nil && rep.Storm.Reconnected > 0 {
 		d.CPUPerReconnectS = d.LoadCPUSeconds / float64(rep.Storm.Reconnected)
 	}
+	if rep.Sends != nil && rep.Sends.OK > 0 {
+		rep.Sends.CPUPerOKS = d.LoadCPUSeconds / float64(rep.Sends.OK)
+	}
 	d.GCCycles = e.GCCycles - b.GCCycles
 	d.GCPauseTotalS = e.GCPauseSeconds - b.GCPauseSeconds
 	d.GCPauseMaxS = e.GCPauseMax
@@ -518,6 +527,11 @@ func (r *runner) checks(rep *Report) []Check {
 				"lost %d, duplicated %d, out of seq order %d", m.Lost, m.Duplicated, m.OutOfOrder)
 		}
 	}
+	if s := rep.Sends; s != nil {
+		add("send replies", s.OK > 0 && s.Unanswered == 0 && s.Refused == 0 && s.Foreign == 0,
+			"%d written: ok %d + unavailable %d + refused %d (%s) + unanswered %d; %d foreign replies",
+			s.Written, s.OK, s.Unavailable, s.Refused, s.RefusedCode, s.Unanswered, s.Foreign)
+	}
 	if s := rep.Storm; s != nil {
 		add("storm reconnection", s.Complete, "%d of %d reconnected in %.2fs", s.Reconnected, s.Dropped, s.FullReconnectS)
 	}
@@ -534,10 +548,14 @@ func (r *runner) checks(rep *Report) []Check {
 			}
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("no leak check and no node figures: /metrics unavailable (%s); set --metrics", why))
 		} else {
-			add("leak check", leakFree(*t.Baseline, *t.Final),
-				"after close: connections %.0f (baseline %.0f), goroutines %.0f (baseline %.0f, tolerance %d), open fds %.0f (baseline %.0f, tolerance %d; Redis pool %.0f, baseline %.0f)",
+			fds := ""
+			if r.cfg.Scenario == ScenarioSend {
+				fds = "; fds not checked: the upstream sink's pool is not exported"
+			}
+			add("leak check", r.leakFree(*t.Baseline, *t.Final),
+				"after close: connections %.0f (baseline %.0f), goroutines %.0f (baseline %.0f, tolerance %d), open fds %.0f (baseline %.0f, tolerance %d; Redis pool %.0f, baseline %.0f%s)",
 				t.Final.Connections, t.Baseline.Connections, t.Final.Goroutines, t.Baseline.Goroutines, leakGoroutines,
-				t.Final.OpenFDs, t.Baseline.OpenFDs, leakFDs, t.Final.BackendConns, t.Baseline.BackendConns)
+				t.Final.OpenFDs, t.Baseline.OpenFDs, leakFDs, t.Final.BackendConns, t.Baseline.BackendConns, fds)
 		}
 	}
 	if r.cleanupErr != "" {
@@ -613,6 +631,8 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		}
 	case ScenarioChurn:
 		fmt.Fprintf(w, ", %g cycles/s for %gs", cfg.Rate, cfg.DurationS)
+	case ScenarioSend:
+		fmt.Fprintf(w, ", %g sends/s for %gs, %d B data", cfg.Rate, cfg.DurationS, cfg.Size)
 	}
 	fmt.Fprintf(w, ", %s, %.1fs\n", cfg.Format, rep.ElapsedS)
 	if rep.Error != "" {
@@ -645,6 +665,18 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		}
 		if a := rep.PublishAPI; a != nil && a.Count > 0 {
 			fmt.Fprintf(tw, "  API request\tp50 %s\tp99 %s\tmax %s\t%d requests\n", fmtMS(a.P50MS), fmtMS(a.P99MS), fmtMS(a.MaxMS), a.Count)
+		}
+	}
+	if s := rep.Sends; s != nil {
+		fmt.Fprintf(tw, "sends\twritten %d\tok %d\tunavailable %d\trefused %d\tunanswered %d\t(skipped %d, write errors %d)\n",
+			s.Written, s.OK, s.Unavailable, s.Refused, s.Unanswered, s.Skipped, s.WriteErrors)
+		fmt.Fprintf(tw, "  rates\twritten %.0f/s (target %g)\tok %.0f/s\tlag max %s\n", s.WriteRate, s.TargetRate, s.OKRate, fmtMS(s.PublishLagMS))
+		for _, k := range slices.Sorted(maps.Keys(s.UnavailableWhy)) {
+			fmt.Fprintf(tw, "  unavailable\t%d\t%s\n", s.UnavailableWhy[k], k)
+		}
+		if l := rep.Latency; l != nil {
+			fmt.Fprintf(tw, "reply latency\tp50 %s\tp95 %s\tp99 %s\tmax %s\t(p99.9 %s, mean %s, %d replies)\n",
+				fmtMS(l.P50MS), fmtMS(l.P95MS), fmtMS(l.P99MS), fmtMS(l.MaxMS), fmtMS(l.P999MS), fmtMS(l.MeanMS), l.Count)
 		}
 	}
 	if ch := rep.Churn; ch != nil {
@@ -721,6 +753,9 @@ func (rep *Report) writeDerived(tw io.Writer, d Derived) {
 	}
 	if d.CPUPerReconnectS > 0 {
 		fmt.Fprintf(tw, "  CPU per reconnection\t%s\n", fmtSeconds(d.CPUPerReconnectS))
+	}
+	if s := rep.Sends; s != nil && s.CPUPerOKS > 0 {
+		fmt.Fprintf(tw, "  CPU per record\t%s\t(load phase CPU / %d ok replies)\n", fmtSeconds(s.CPUPerOKS), s.OK)
 	}
 	if d.HandshakesRejected > 0 {
 		fmt.Fprintf(tw, "  handshakes rejected\t%.0f\n", d.HandshakesRejected)

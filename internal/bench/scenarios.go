@@ -14,7 +14,9 @@ import (
 //	ready     scrape
 //	load      connect: wait --settle; broadcast, push, room: publish for
 //	          --duration, then wait (at most --settle) for every expected
-//	          message; churn: cycle connections; storm: drop all, wait
+//	          message; send: send frames for --duration, then wait (at
+//	          most --settle) for every reply; churn: cycle connections;
+//	          storm: drop all, wait
 //	end       scrape (churn, storm: once the nodes hold the bench's count)
 //	close     ack, close 1000, wait for every goroutine
 //	final     poll until the nodes are back to the baseline (at most
@@ -46,6 +48,10 @@ func (r *runner) scenario(ctx context.Context) error {
 		r.drain(ctx)
 		r.openAtEnd = r.open.Load()
 		r.sample(ctx, "end")
+	case ScenarioSend:
+		r.sendLoad(ctx)
+		r.openAtEnd = r.open.Load()
+		r.sample(ctx, "end")
 	case ScenarioChurn:
 		r.churn(ctx)
 		r.setPhase("settle")
@@ -75,8 +81,11 @@ func (r *runner) scenario(ctx context.Context) error {
 
 // expected returns the distinct deliveries the recipients must get: for
 // every slot that connected, the messages of its stream whose publish was
-// accepted.
+// accepted (send: the replies to the frames written).
 func (r *runner) expected() int64 {
+	if r.cfg.Scenario == ScenarioSend {
+		return r.sent.Load() // the frames written: one reply each
+	}
 	var n int64
 	for _, s := range r.slots {
 		if s.stream != nil && s.connected.Load() {

@@ -178,6 +178,11 @@ func (s *slot) handle(c *wsConn, format protocol.Format, p []byte) bool {
 		case protocol.TypeError:
 			s.r.errorFrames.Add(1)
 			return false
+		case protocol.TypeReply:
+			if s.r.cfg.Scenario != ScenarioSend {
+				return false
+			}
+			// ok and the error code: decode in full below.
 		case protocol.TypeGap, protocol.TypeRedirect:
 			// Their other fields matter: decode in full below.
 		default:
@@ -201,6 +206,14 @@ func (s *slot) handle(c *wsConn, format protocol.Format, p []byte) bool {
 		}
 	case protocol.TypeRedirect:
 		s.redirect = f.URL
+	case protocol.TypeReply:
+		if s.r.cfg.Scenario == ScenarioSend {
+			var code, msg string
+			if f.Error != nil {
+				code, msg = f.Error.Code, f.Error.Message
+			}
+			s.onReply(f.ID, f.OK, code, msg)
+		}
 	case protocol.TypeError:
 		s.r.errorFrames.Add(1)
 	case protocol.TypePong:
