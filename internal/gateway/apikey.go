@@ -70,7 +70,7 @@ func (n *Node) admitKey(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	if wait > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+		w.Header().Set("Retry-After", strconv.Itoa(retrySecs(wait)))
 	}
 	writeError(w, ae.Status, ae.Code, ae.Message)
 	return false

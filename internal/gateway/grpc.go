@@ -36,7 +36,7 @@ func (n *Node) grpcHandler() (string, http.Handler) {
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ae, wait := n.keyRefusal(r); ae != nil {
 			if wait > 0 {
-				w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+				w.Header().Set("Retry-After", strconv.Itoa(retrySecs(wait)))
 			}
 			ew.Write(w, r, grpcError(ae))
 			return

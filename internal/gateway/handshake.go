@@ -52,7 +52,13 @@ func (f *refusal) retryAfterSecs() int {
 	if f.status != http.StatusTooManyRequests && f.status != http.StatusServiceUnavailable {
 		return 0
 	}
-	return max(1, int((f.retryAfter+time.Second-1)/time.Second))
+	return retrySecs(f.retryAfter)
+}
+
+// retrySecs is a wait as a Retry-After value: whole seconds, rounded up,
+// at least 1.
+func retrySecs(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 func (f *refusal) body() []byte { return errorJSON(f.code, f.msg) }
