@@ -99,6 +99,13 @@ type ConnLimit struct {
 // ErrConnLimit is Connect's answer when the user has lim.Max routes.
 var ErrConnLimit = errors.New("cluster: user has too many connections")
 
+// Joined is what JoinRoom reads for the joining node: the user's live
+// routes and the room's last seq (0: no reliable message yet).
+type Joined struct {
+	Routes  []Route
+	RoomSeq int64
+}
+
 // ErrRoomLimit is JoinRoom's answer when the user holds maxRooms rooms.
 var ErrRoomLimit = errors.New("cluster: user is a member of too many rooms")
 
@@ -242,8 +249,12 @@ type Backend interface {
 	// JoinRoom refuses with ErrRoomLimit a join that would give the user
 	// more than maxRooms rooms (0 = no limit), atomically: concurrent joins
 	// of one user never exceed it. Joining a room the user is a member of
-	// is never refused.
-	JoinRoom(ctx context.Context, room, user string, maxRooms int) error
+	// is never refused. It answers what the joining node needs next, read
+	// in the same step (one round trip on Redis): the user's routes, read
+	// after the membership is stored (a Connect stores its route before it
+	// reads the user's rooms, so one of the two sees the other), and the
+	// room's last seq as RoomSeqs reads it.
+	JoinRoom(ctx context.Context, room, user string, maxRooms int) (Joined, error)
 	LeaveRoom(ctx context.Context, room, user string) error
 	RoomMembers(ctx context.Context, room string) ([]string, error)
 	UserRooms(ctx context.Context, user string) ([]string, error)

@@ -237,19 +237,23 @@ func (m *Memory) liveRoutes(user string) []Route {
 }
 
 // JoinRoom implements Backend.
-func (m *Memory) JoinRoom(ctx context.Context, room, user string, maxRooms int) error {
+func (m *Memory) JoinRoom(ctx context.Context, room, user string, maxRooms int) (Joined, error) {
 	if err := m.lock(ctx); err != nil {
-		return err
+		return Joined{}, err
 	}
 	defer m.mu.Unlock()
 	if rooms := m.rooms[user]; maxRooms > 0 && len(rooms) >= maxRooms {
 		if _, ok := rooms[room]; !ok {
-			return ErrRoomLimit
+			return Joined{}, ErrRoomLimit
 		}
 	}
 	addToSet(m.members, room, user)
 	addToSet(m.rooms, user, room)
-	return nil
+	out := Joined{Routes: m.liveRoutes(user)}
+	if h := m.histories[room]; h != nil {
+		out.RoomSeq = h.seq
+	}
+	return out, nil
 }
 
 // LeaveRoom implements Backend.

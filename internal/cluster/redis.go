@@ -105,6 +105,7 @@ type Redis struct {
 	subs       map[*redisSub]struct{}
 	wg         sync.WaitGroup
 	connects   connectBatcher
+	joins      joinBatcher
 	appends    scriptBatcher // AppendInbox without WAIT
 	publishes  publishBatcher
 	acks       ackBatcher

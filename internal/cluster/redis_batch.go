@@ -279,12 +279,23 @@ func (r *Redis) publishBatch(batch []*publishReq) {
 // command (whose own error is the call's), or the error that failed them
 // all.
 func (r *Redis) evalEach(ctx context.Context, op string, idempotent bool, script *redis.Script, n int, keysArgs func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
+	return r.evalEachWith(ctx, op, idempotent, script, n, keysArgs, nil)
+}
+
+// evalEachWith is evalEach with more commands per call in the same
+// pipeline: with(p, i) queues call i's (they must be idempotent when the
+// script is: the pipeline may be sent again). Their errors are theirs to
+// read; a NOSCRIPT call runs its script again alone, not them.
+func (r *Redis) evalEachWith(ctx context.Context, op string, idempotent bool, script *redis.Script, n int, keysArgs func(i int) ([]string, []any), with func(p redis.Pipeliner, i int)) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, n)
 	err := r.do(ctx, op, idempotent, func(ctx context.Context) error {
 		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range cmds {
 				keys, args := keysArgs(i)
 				cmds[i] = script.EvalSha(ctx, p, keys, args...)
+				if with != nil {
+					with(p, i)
+				}
 			}
 			return nil
 		})

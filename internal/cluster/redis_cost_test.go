@@ -93,7 +93,8 @@ func TestRedisCommandCost(t *testing.T) {
 	must(b.SetRoomInterest(ctx, "n2", []string{"lobby"}, time.Minute))
 	must(b.SetRoomInterest(ctx, "n3", []string{"lobby"}, time.Minute))
 	must(b.Subscribe(ctx, "n1", func([]byte) {}))
-	must(b.JoinRoom(ctx, "lobby", "alice", 0))
+	_, err := b.JoinRoom(ctx, "lobby", "alice", 0)
+	must(err)
 
 	ops := []struct {
 		name string

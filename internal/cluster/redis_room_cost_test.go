@@ -31,7 +31,7 @@ func TestReliableRoomAppendIsOneRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := b.JoinRoom(ctx, "small", "u0", 0); err != nil {
+	if _, err := b.JoinRoom(ctx, "small", "u0", 0); err != nil {
 		t.Fatal(err)
 	}
 	members := make([]any, 15000)
@@ -80,5 +80,41 @@ func TestReliableRoomAppendIsOneRoundTrip(t *testing.T) {
 	}
 	if trips := hook.n.Load() - before; trips != 1 {
 		t.Errorf("a batch of 50 room appends took %d round trips, want 1", trips)
+	}
+}
+
+// A join is one round trip: the bound and the user's rooms, the routes the
+// joining node needs, the room's members and its seq share one pipeline,
+// also when the room has 15,000 members; concurrent joins share it too.
+func TestJoinRoomIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := redistest.Standalone(t, redistest.Options{})
+	b := newRedis(t, s.URL(), func(o *cluster.RedisOptions) { o.Prefix = "joincost" })
+	hook := &roundTrips{}
+	b.Client().AddHook(hook)
+	ctx := ctxTimeout(t, time.Minute)
+	admin := s.Client()
+	members := make([]any, 15000)
+	for i := range members {
+		members[i] = fmt.Sprintf("m%d", i)
+	}
+	if err := admin.SAdd(ctx, "{joincost:r:big}:members", members...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddRoutes(ctx, []cluster.Route{{User: "u1", ConnID: "c1", Node: "n1"}}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.JoinRoom(ctx, "warm", "u0", 0); err != nil { // the script loaded
+		t.Fatal(err)
+	}
+	for _, bound := range []int{0, 5} {
+		before := hook.n.Load()
+		j, err := b.JoinRoom(ctx, "big", "u1", bound)
+		if err != nil || len(j.Routes) != 1 {
+			t.Fatalf("join (bound %d): %+v, %v", bound, j, err)
+		}
+		if trips := hook.n.Load() - before; trips != 1 {
+			t.Errorf("a join with bound %d took %d round trips, want 1", bound, trips)
+		}
 	}
 }

@@ -18,16 +18,16 @@ func TestRedisJoinRoomRepairsAHalfJoin(t *testing.T) {
 	s := redistest.Standalone(t, redistest.Options{})
 	b := newRedis(t, s.URL(), func(o *cluster.RedisOptions) { o.Prefix = "halfjoin" })
 	ctx := ctxTimeout(t, time.Minute)
-	if err := b.JoinRoom(ctx, "a", "u", 2); err != nil {
+	if _, err := b.JoinRoom(ctx, "a", "u", 2); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Client().SAdd(ctx, "{halfjoin:u:u}:rooms", "b").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.JoinRoom(ctx, "c", "u", 2); !errors.Is(err, cluster.ErrRoomLimit) {
+	if _, err := b.JoinRoom(ctx, "c", "u", 2); !errors.Is(err, cluster.ErrRoomLimit) {
 		t.Fatalf("join of a third room with the half-joined one counted: %v, want ErrRoomLimit", err)
 	}
-	if err := b.JoinRoom(ctx, "b", "u", 2); err != nil {
+	if _, err := b.JoinRoom(ctx, "b", "u", 2); err != nil {
 		t.Fatalf("repeated join of the half-joined room at the limit: %v", err)
 	}
 	if m, err := b.RoomMembers(ctx, "b"); err != nil || !slices.Equal(m, []string{"u"}) {

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,27 +149,104 @@ func decodeRoutes(user string, fields map[string]string, now time.Time) (live []
 	return live, expired
 }
 
-// JoinRoom implements Backend: scriptJoinRoom adds the room to the user's
-// rooms within the bound (atomic in the user's slot), then SADD adds the
-// user to the room's members (another slot). A crash between the two
-// leaves the room in the user's set only, which counts toward the bound;
-// repeating the join repairs it and is never refused.
-func (r *Redis) JoinRoom(ctx context.Context, room, user string, maxRooms int) error {
-	refused := false
-	err := r.do(ctx, "join room", true, func(ctx context.Context) error {
-		n, err := scriptJoinRoom.Run(ctx, r.c, []string{r.k.userRooms(user)}, room, max(maxRooms, 0)).Int()
-		if err != nil {
-			return err
-		}
-		if refused = n == 1; refused {
-			return nil
-		}
-		return r.c.SAdd(ctx, r.k.roomMembers(room), user).Err()
-	})
-	if err == nil && refused {
-		return ErrRoomLimit
+// JoinRoom implements Backend. The user's step (scriptJoinRoom: the bound,
+// the user's rooms, the routes) and the room's (SADD to its members, GET
+// of its seq) are two slots; concurrent joins share one pipeline for both
+// (see joinBatcher). A refused join's member SADD is undone after. The two
+// slots are not atomic together: a crash between them leaves the user in
+// one of the two sets; repeating the join repairs it and is never refused.
+func (r *Redis) JoinRoom(ctx context.Context, room, user string, maxRooms int) (Joined, error) {
+	q := &joinReq{room: room, user: user, bound: max(maxRooms, 0)}
+	if err := r.joins.call(ctx, r, "join room", r.joinBatch, q); err != nil {
+		return Joined{}, err
 	}
-	return err
+	if q.res.RoomSeq > 0 && r.opt.Replicas > 0 {
+		// As RoomSeqs: the seq a follower starts from must survive a failover.
+		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "seq read of room "+room); err != nil {
+			return Joined{}, err
+		}
+	}
+	return q.res, nil
+}
+
+// joinReq is one JoinRoom waiting for its batch.
+type joinReq struct {
+	reqBase
+	room, user string
+	bound      int
+	res        Joined
+}
+
+// joinBatcher pipelines concurrent JoinRoom calls, as connectBatcher does
+// connects: a reconnect storm's joins share round trips.
+type joinBatcher struct{ batcher[*joinReq] }
+
+func (r *Redis) joinBatch(batch []*joinReq) {
+	ctx, cancel := batchCtx(batch)
+	defer cancel()
+	added := make([]*redis.IntCmd, len(batch))
+	seqs := make([]*redis.StringCmd, len(batch))
+	// Every command is idempotent (SADD, reads), so the batch may be sent again.
+	cmds, err := r.evalEachWith(ctx, "join room", true, scriptJoinRoom, len(batch), func(i int) ([]string, []any) {
+		q := batch[i]
+		return []string{r.k.userRooms(q.user), r.k.routes(q.user)}, []any{q.room, q.bound}
+	}, func(p redis.Pipeliner, i int) {
+		added[i] = p.SAdd(ctx, r.k.roomMembers(batch[i].room), batch[i].user)
+		seqs[i] = p.Get(ctx, r.k.roomSeq(batch[i].room))
+	})
+	now := time.Now()
+	var undo []*joinReq
+	for i, q := range batch {
+		if err != nil {
+			q.finish(err)
+			continue
+		}
+		if e := cmds[i].Err(); e != nil {
+			q.finish(r.wrap("join room", e))
+			continue
+		}
+		if e := added[i].Err(); e != nil {
+			q.finish(r.wrap("join room", e))
+			continue
+		}
+		parts, _ := cmds[i].Val().([]any)
+		if len(parts) == 0 {
+			q.finish(fmt.Errorf("cluster: redis join room: unexpected reply %v", cmds[i].Val()))
+			continue
+		}
+		if v, _ := parts[0].(int64); v == 1 {
+			if added[i].Val() == 1 {
+				undo = append(undo, q)
+			} else {
+				q.finish(ErrRoomLimit)
+			}
+			continue
+		}
+		seq, e := seqs[i].Int64()
+		if e != nil && e != redis.Nil {
+			q.finish(r.wrap("join room", e))
+			continue
+		}
+		flat, _ := parts[1].([]any)
+		q.res = Joined{Routes: decodeRoutesFlat(q.user, flat, now), RoomSeq: seq}
+		q.finish(nil)
+	}
+	if len(undo) == 0 {
+		return
+	}
+	// Answered once undone: a refused join leaves nothing on either side.
+	err = r.do(ctx, "join room", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, q := range undo {
+				p.SRem(ctx, r.k.roomMembers(q.room), q.user)
+			}
+			return nil
+		})
+		return err
+	})
+	for _, q := range undo {
+		q.finish(cmp.Or(err, ErrRoomLimit))
+	}
 }
 
 // LeaveRoom implements Backend, like JoinRoom with SREM.

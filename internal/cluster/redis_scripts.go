@@ -273,13 +273,15 @@ return 0
 `)
 
 // scriptJoinRoom adds a room to a user's rooms unless that would make more
-// than the bound. KEYS: the user's rooms; ARGV: room, bound (0 = none).
-// Returns 0 (member, newly or already) or 1 (refused: the user holds the
-// bound's number of other rooms).
+// than the bound, then reads the user's routes. KEYS: the user's rooms,
+// the user's routes; ARGV: room, bound (0 = none). Returns {0, routes}
+// (member, newly or already; routes as HGETALL's flat reply) or {1}
+// (refused: the user holds the bound's number of other rooms).
 var scriptJoinRoom = redis.NewScript(`
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
-local bound = tonumber(ARGV[2])
-if bound > 0 and redis.call('SCARD', KEYS[1]) >= bound then return 1 end
-redis.call('SADD', KEYS[1], ARGV[1])
-return 0
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then
+  local bound = tonumber(ARGV[2])
+  if bound > 0 and redis.call('SCARD', KEYS[1]) >= bound then return {1} end
+  redis.call('SADD', KEYS[1], ARGV[1])
+end
+return {0, redis.call('HGETALL', KEYS[2])}
 `)

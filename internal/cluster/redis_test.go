@@ -212,7 +212,7 @@ func calls(b cluster.Backend) map[string]func(ctx context.Context) error {
 		"AddRoutes":        func(ctx context.Context) error { return b.AddRoutes(ctx, route, time.Minute) },
 		"RemoveRoute":      func(ctx context.Context) error { return b.RemoveRoute(ctx, "u", "c") },
 		"UserRoutes":       func(ctx context.Context) error { _, err := b.UserRoutes(ctx, "u"); return err },
-		"JoinRoom":         func(ctx context.Context) error { return b.JoinRoom(ctx, "r", "u", 0) },
+		"JoinRoom":         func(ctx context.Context) error { _, err := b.JoinRoom(ctx, "r", "u", 0); return err },
 		"LeaveRoom":        func(ctx context.Context) error { return b.LeaveRoom(ctx, "r", "u") },
 		"RoomMembers":      func(ctx context.Context) error { _, err := b.RoomMembers(ctx, "r"); return err },
 		"UserRooms":        func(ctx context.Context) error { _, err := b.UserRooms(ctx, "u"); return err },

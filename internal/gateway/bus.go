@@ -289,10 +289,11 @@ func (n *Node) applyMembership(user, room string, join bool) {
 	n.forgetRoom(user, room)
 }
 
-// declareInterest and dropInterest write this node's room interest. They
-// run one at a time and re-check the local index under the lock, so that
-// a declaration and a withdrawal racing each other (a join and a close)
-// always leave the backend as the index is now.
+// declareInterest and dropInterest write this node's room interest. For
+// one room they run one at a time and re-check the local index under the
+// room's lock, so that a declaration and a withdrawal racing each other (a
+// join and a close) always leave the backend as the index is now; writes
+// for different rooms do not wait for each other.
 func (n *Node) declareInterest(rooms []string) {
 	ctx, cancel := context.WithTimeout(n.ctx, 4*time.Second)
 	defer cancel()
@@ -300,8 +301,7 @@ func (n *Node) declareInterest(rooms []string) {
 }
 
 func (n *Node) declareInterestCtx(ctx context.Context, rooms []string) error {
-	n.interestMu.Lock()
-	defer n.interestMu.Unlock()
+	defer n.interest.lock(rooms)()
 	rooms = n.hub.filterRooms(rooms, true)
 	if len(rooms) == 0 {
 		return nil
@@ -313,8 +313,7 @@ func (n *Node) declareInterestCtx(ctx context.Context, rooms []string) error {
 }
 
 func (n *Node) dropInterest(rooms []string) {
-	n.interestMu.Lock()
-	defer n.interestMu.Unlock()
+	defer n.interest.lock(rooms)()
 	rooms = n.hub.filterRooms(rooms, false)
 	if len(rooms) == 0 {
 		return
@@ -468,4 +467,37 @@ func (n *Node) roomsBehindOnce(sem chan struct{}, wg *sync.WaitGroup) error {
 		}
 	}
 	return nil
+}
+
+// roomLocks are striped locks by room name.
+type roomLocks [64]sync.Mutex
+
+// lock takes the locks of rooms' stripes, in stripe order (so that two
+// callers never wait for each other in a cycle), and returns their unlock.
+func (l *roomLocks) lock(rooms []string) (unlock func()) {
+	var held [len(roomLocks{})]bool
+	for _, r := range rooms {
+		held[stripe(r, len(l))] = true
+	}
+	for i := range l {
+		if held[i] {
+			l[i].Lock()
+		}
+	}
+	return func() {
+		for i := range l {
+			if held[i] {
+				l[i].Unlock()
+			}
+		}
+	}
+}
+
+// stripe is room's place among n stripes (FNV-1a).
+func stripe(room string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(room); i++ {
+		h = (h ^ uint32(room[i])) * 16777619
+	}
+	return int(h % uint32(n))
 }

@@ -67,13 +67,13 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's rooms claim does not allow room "+cf.Room)
 			return
 		}
-		err := c.n.JoinRoom(ctx, cf.Room, c.user)
+		seq, err := c.n.changeMembership(ctx, cf.Room, c.user, true)
 		if ae, ok := err.(*APIError); ok && ae.Code == codeTooManyRooms {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, ae.Message)
 			return
 		}
 		if err == nil {
-			err = c.followRoom(ctx, cf.Room, cf.Since)
+			c.followRoom(cf.Room, cf.Since, seq)
 		}
 		c.reply(cf.ID, err, 0)
 	case protocol.TypeLeave:

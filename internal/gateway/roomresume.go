@@ -84,28 +84,21 @@ func (r roomResume) queueLocked(c *conn) {
 // followRoom starts the connection's stream of a room it just joined
 // (join frame): with since, the room's kept messages above since are
 // queued first (before the join's reply, contract 4.2); without, the
-// stream starts at the room's current seq. A stream the connection has
+// stream starts at seq, the room's seq the join read. A stream the connection has
 // already (the room's messages came live meanwhile) keeps its position.
-func (c *conn) followRoom(ctx context.Context, room string, since *int64) error {
+func (c *conn) followRoom(room string, since *int64, seq int64) {
 	if since != nil {
 		c.mu.Lock()
 		s := c.roomStreamLocked(room, *since)
 		c.mu.Unlock()
 		c.resync(s)
-		return nil
+		return
 	}
-	start := time.Now()
-	seqs, err := c.n.backend.RoomSeqs(ctx, []string{room})
-	c.n.observe("room_seqs", start, err)
-	if err != nil {
-		return unavailable("room seq", err)
-	}
-	if seqs[0] > 0 {
+	if seq > 0 {
 		c.mu.Lock()
-		c.roomStreamLocked(room, seqs[0])
+		c.roomStreamLocked(room, seq)
 		c.mu.Unlock()
 	}
-	return nil
 }
 
 // forgetRoom makes the user's local connections stop following a room

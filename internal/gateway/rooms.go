@@ -21,52 +21,73 @@ const codeTooManyRooms = "too_many_rooms"
 // interest in the room (done here, so a publish right after the answer
 // finds them) and updates its local index through the bus.
 func (n *Node) JoinRoom(ctx context.Context, room, user string) error {
-	return n.changeMembership(ctx, room, user, true)
+	_, err := n.changeMembership(ctx, room, user, true)
+	return err
 }
 
 // LeaveRoom ends user's membership of room.
 func (n *Node) LeaveRoom(ctx context.Context, room, user string) error {
-	return n.changeMembership(ctx, room, user, false)
+	_, err := n.changeMembership(ctx, room, user, false)
+	return err
 }
 
-func (n *Node) changeMembership(ctx context.Context, room, user string, join bool) error {
+// changeMembership answers, for a join, the room's last seq read after
+// this node's interest in the room was declared (a join frame's
+// connection follows the room from there).
+func (n *Node) changeMembership(ctx context.Context, room, user string, join bool) (roomSeq int64, err error) {
 	if err := protocol.ValidName("room", room); err != nil {
-		return badRequest("%v", err)
+		return 0, badRequest("%v", err)
 	}
 	if err := protocol.ValidName("user", user); err != nil {
-		return badRequest("%v", err)
+		return 0, badRequest("%v", err)
 	}
 	start := time.Now()
-	var err error
+	// A join reads, in the same step, the user's routes (after the
+	// membership is stored; a connect stores its route before it reads
+	// the user's rooms: one of the two always sees the other) and the
+	// room's seq.
+	var routes []cluster.Route
 	if join {
-		err = n.backend.JoinRoom(ctx, room, user, n.cfg.MaxRoomsPerUser)
+		var j cluster.Joined
+		j, err = n.backend.JoinRoom(ctx, room, user, n.cfg.MaxRoomsPerUser)
+		routes, roomSeq = j.Routes, j.RoomSeq
 	} else {
 		err = n.backend.LeaveRoom(ctx, room, user)
 	}
 	if errors.Is(err, cluster.ErrRoomLimit) {
 		n.observe("rooms", start, nil) // an answer, not a backend failure
-		return &APIError{Status: http.StatusConflict, Code: codeTooManyRooms,
+		return 0, &APIError{Status: http.StatusConflict, Code: codeTooManyRooms,
 			Message: fmt.Sprintf("user %s is a member of %d rooms, the limit (WSGATE_MAX_ROOMS_PER_USER)", user, n.cfg.MaxRoomsPerUser)}
 	}
 	n.observe("rooms", start, err)
 	if err != nil {
-		return unavailable("room membership", err)
+		return 0, unavailable("room membership", err)
 	}
 	n.events.membership(user, room, join)
-	// Stored before routes are read; a connect stores its route before it
-	// reads the user's rooms: one of the two always sees the other.
-	start = time.Now()
-	routes, err := n.backend.UserRoutes(ctx, user)
-	n.observe("route", start, err)
-	if err != nil {
-		return unavailable("routes", err)
+	if !join {
+		start = time.Now()
+		routes, err = n.backend.UserRoutes(ctx, user)
+		n.observe("route", start, err)
+		if err != nil {
+			return 0, unavailable("routes", err)
+		}
 	}
 	var remote []string
 	for _, id := range routeNodes(routes) {
 		if id == n.cfg.NodeID {
 			if join {
 				if added, _ := n.hub.join(user, room); added {
-					n.declareInterest([]string{room})
+					// The first local member: the seq read above came
+					// before the interest; read it again after, so that
+					// nothing appended in between goes unnoticed.
+					n.declareInterest([]string{room}) // a failure is repaired by the heartbeat's
+					start = time.Now()
+					seqs, err := n.backend.RoomSeqs(ctx, []string{room})
+					n.observe("room_seqs", start, err)
+					if err != nil {
+						return 0, unavailable("room seq", err)
+					}
+					roomSeq = seqs[0]
 				}
 			} else {
 				if n.hub.leave(user, room) {
@@ -79,15 +100,15 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 		remote = append(remote, id)
 		if join {
 			if err := n.backend.SetRoomInterest(ctx, id, []string{room}, n.cfg.RouteTTL); err != nil {
-				return unavailable("room interest", err)
+				return 0, unavailable("room interest", err)
 			}
 		}
 	}
 	if len(remote) > 0 {
 		env := encodeEnvelope(envelope{Kind: kindMembership, User: user, Room: room, Join: join}, nil)
 		if err := n.backend.Send(ctx, remote, env); err != nil {
-			return unavailable("bus", err)
+			return 0, unavailable("bus", err)
 		}
 	}
-	return nil
+	return roomSeq, nil
 }

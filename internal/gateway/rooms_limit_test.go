@@ -15,7 +15,7 @@ import (
 func fillRooms(t *testing.T, n *testNode, user string, count int) {
 	t.Helper()
 	for i := range count {
-		if err := n.backend.JoinRoom(context.Background(), fmt.Sprint("r", i), user, 0); err != nil {
+		if _, err := n.backend.JoinRoom(context.Background(), fmt.Sprint("r", i), user, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -21,7 +21,7 @@ func init() {
 func testConnect(t *testing.T, b cluster.Backend) {
 	ctx := ctxFor(t)
 	opt := cluster.InboxOptions{Limit: 3, TTL: time.Hour}
-	must(t, b.JoinRoom(ctx, "r1", "cu", 0))
+	must(t, join(b, ctx, "r1", "cu", 0))
 	for i := 0; i < 5; i++ {
 		if _, err := b.AppendInbox(ctx, "cu", []byte(fmt.Sprint(i)), opt); err != nil {
 			t.Fatal(err)

@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +14,7 @@ import (
 var roomTests = []subtest{
 	{"JoinLeave", testRoomsJoinLeave},
 	{"Limit", testRoomsLimit},
+	{"JoinReads", testRoomsJoinReads},
 	{"Interest", testRoomsInterest},
 	{"InterestExpires", testRoomsInterestExpires},
 	{"RemoveNodeDropsInterest", testRoomsRemoveNode},
@@ -43,10 +45,10 @@ func testRoomsJoinLeave(t *testing.T, b cluster.Backend) {
 	ctx := ctxFor(t)
 	checkStrings(t, "members of an unknown room", members(t, b, "lobby"))
 	checkStrings(t, "rooms of an unknown user", userRooms(t, b, "alice"))
-	must(t, b.JoinRoom(ctx, "lobby", "alice", 0))
-	must(t, b.JoinRoom(ctx, "lobby", "bob", 0))
-	must(t, b.JoinRoom(ctx, "team-1", "alice", 0))
-	must(t, b.JoinRoom(ctx, "lobby", "alice", 0)) // twice: no duplicate
+	must(t, join(b, ctx, "lobby", "alice", 0))
+	must(t, join(b, ctx, "lobby", "bob", 0))
+	must(t, join(b, ctx, "team-1", "alice", 0))
+	must(t, join(b, ctx, "lobby", "alice", 0)) // twice: no duplicate
 	checkStrings(t, "members(lobby)", members(t, b, "lobby"), "alice", "bob")
 	checkStrings(t, "members(team-1)", members(t, b, "team-1"), "alice")
 	checkStrings(t, "rooms(alice)", userRooms(t, b, "alice"), "lobby", "team-1")
@@ -74,7 +76,7 @@ func testRoomsLimit(t *testing.T, b cluster.Backend) {
 	for i := range 12 {
 		wg.Go(func() {
 			room := fmt.Sprint("lim-", i)
-			err := b.JoinRoom(ctx, room, "lim", bound)
+			err := join(b, ctx, room, "lim", bound)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -102,20 +104,20 @@ func testRoomsLimit(t *testing.T, b cluster.Backend) {
 		}
 	}
 	for _, room := range accepted {
-		if err := b.JoinRoom(ctx, room, "lim", bound); err != nil {
+		if err := join(b, ctx, room, "lim", bound); err != nil {
 			t.Fatalf("join of %s, already a member, at the bound: %v", room, err)
 		}
 	}
-	if err := b.JoinRoom(ctx, "lim-other", "lim", bound); !errors.Is(err, cluster.ErrRoomLimit) {
+	if err := join(b, ctx, "lim-other", "lim", bound); !errors.Is(err, cluster.ErrRoomLimit) {
 		t.Fatalf("join beyond the bound: %v, want ErrRoomLimit", err)
 	}
-	must(t, b.JoinRoom(ctx, "lim-0", "other", 1)) // another user's own count
+	must(t, join(b, ctx, "lim-0", "other", 1)) // another user's own count
 	must(t, b.LeaveRoom(ctx, accepted[0], "lim"))
-	must(t, b.JoinRoom(ctx, "lim-other", "lim", bound))
-	if err := b.JoinRoom(ctx, accepted[0], "lim", bound); !errors.Is(err, cluster.ErrRoomLimit) {
+	must(t, join(b, ctx, "lim-other", "lim", bound))
+	if err := join(b, ctx, accepted[0], "lim", bound); !errors.Is(err, cluster.ErrRoomLimit) {
 		t.Fatalf("rejoin of a room left, at the bound: %v, want ErrRoomLimit", err)
 	}
-	must(t, b.JoinRoom(ctx, accepted[0], "lim", 0)) // no limit
+	must(t, join(b, ctx, accepted[0], "lim", 0)) // no limit
 	if got := userRooms(t, b, "lim"); len(got) != bound+1 {
 		t.Fatalf("rooms(lim) after a join without limit: %v", got)
 	}
@@ -162,7 +164,7 @@ func testRoomsRemoveNode(t *testing.T, b cluster.Backend) {
 	must(t, b.RegisterNode(ctx, sampleNode("n2")))
 	must(t, b.SetRoomInterest(ctx, "n1", []string{"lobby", "team-1"}, longTTL))
 	must(t, b.SetRoomInterest(ctx, "n2", []string{"lobby"}, longTTL))
-	must(t, b.JoinRoom(ctx, "lobby", "alice", 0))
+	must(t, join(b, ctx, "lobby", "alice", 0))
 	must(t, b.RemoveNode(ctx, "n1"))
 	checkStrings(t, "RoomNodes(lobby)", roomNodes(t, b, "lobby"), "n2")
 	checkStrings(t, "RoomNodes(team-1)", roomNodes(t, b, "team-1"))
@@ -173,4 +175,45 @@ func testRoomsRemoveNode(t *testing.T, b cluster.Backend) {
 	must(t, b.SetRoomInterest(ctx, "ghost", []string{"lobby"}, longTTL))
 	must(t, b.RemoveNode(ctx, "ghost"))
 	checkStrings(t, "RoomNodes(lobby) after removing ghost", roomNodes(t, b, "lobby"), "n2")
+}
+
+// join is JoinRoom for the cases that need only its error.
+func join(b cluster.Backend, ctx context.Context, room, user string, bound int) error {
+	_, err := b.JoinRoom(ctx, room, user, bound)
+	return err
+}
+
+// testRoomsJoinReads: JoinRoom answers the user's live routes, stored
+// before it, and the room's last seq, as UserRoutes and RoomSeqs read
+// them; a refused join answers nothing.
+func testRoomsJoinReads(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	got, err := b.JoinRoom(ctx, "jr", "ja", 0)
+	must(t, err)
+	if len(got.Routes) != 0 || got.RoomSeq != 0 {
+		t.Fatalf("first join of a user with no route to a new room: %+v", got)
+	}
+	r1 := cluster.Route{User: "ja", ConnID: "c1", Node: "n1", ConnectedAt: 1}
+	r2 := cluster.Route{User: "ja", ConnID: "c2", Node: "n2", ConnectedAt: 2, Device: "phone"}
+	must(t, b.AddRoutes(ctx, []cluster.Route{r1, r2}, longTTL))
+	must(t, b.AddRoutes(ctx, []cluster.Route{{User: "ja", ConnID: "old", Node: "n3", ConnectedAt: 3}}, shortTTL))
+	must(t, b.AddRoutes(ctx, []cluster.Route{{User: "someone", ConnID: "c9", Node: "n1", ConnectedAt: 1}}, longTTL))
+	for _, o := range b.AppendRooms(ctx, []cluster.RoomAppend{{Room: "jr", Payload: []byte("m1")}, {Room: "jr", Payload: []byte("m2")}}, inboxOpts) {
+		must(t, o.Err)
+	}
+	eventually(t, "the short route expires", func() (bool, string) {
+		routes, err := b.UserRoutes(ctx, "ja")
+		must(t, err)
+		return len(routes) == 2, fmt.Sprint(routes)
+	})
+	got, err = b.JoinRoom(ctx, "jr", "ja", 1) // a member already: at the bound, accepted
+	must(t, err)
+	checkRoutes(t, "routes answered by the join", got.Routes, r1, r2)
+	if got.RoomSeq != 2 {
+		t.Fatalf("room seq answered by the join: %d, want 2", got.RoomSeq)
+	}
+	got, err = b.JoinRoom(ctx, "jr-2", "ja", 1)
+	if !errors.Is(err, cluster.ErrRoomLimit) || len(got.Routes) != 0 {
+		t.Fatalf("refused join: %+v, %v", got, err)
+	}
 }
