@@ -68,7 +68,7 @@ type Node struct {
 	idSeq    atomic.Uint64
 	accepted atomic.Uint64 // upgraded connections since start
 
-	interest   roomLocks  // orders this node's interest writes of each room
+	interest roomLocks // orders this node's interest writes of each room
 
 	behindRunning atomic.Bool     // catchUpBehind is running
 	staleNodes    map[string]bool // nodes silent for staleAfter at the last cleanupDeadNodes (its goroutine only)
