@@ -206,6 +206,27 @@ func (c *conn) extra() *connExtra {
 	return c.x
 }
 
+// dropIdleExtraLocked lets go of connExtra once nothing in it is in use,
+// so that a connection that sent a frame (a join, an ack) is back to an
+// idle connection's size when it is answered.
+func (c *conn) dropIdleExtraLocked() {
+	if x := c.x; x != nil && x.idle() {
+		c.x = nil
+	}
+}
+
+// idle reports whether x holds nothing a new connExtra would not.
+func (x *connExtra) idle() bool {
+	return len(x.inq) == 0 && len(x.held) == 0 && len(x.sendq) == 0 && !x.sending && x.rpcs == 0 &&
+		!x.refreshed && x.claims == nil && x.inbox.idle() && len(x.rooms) == 0 && x.room == nil &&
+		x.info == nil && !x.lifeUp && x.closeCode == 0 && x.closeReason == ""
+}
+
+func (s *stream) idle() bool {
+	return s.room == "" && s.last == 0 && !s.catchUp && !s.needRead && s.since == 0 && s.readTo == 0 &&
+		len(s.pending) == 0 && len(s.held) == 0
+}
+
 func (c *conn) logger() *slog.Logger {
 	return c.n.log.With("conn", c.connID(), "user", c.user)
 }
@@ -431,16 +452,13 @@ func (c *conn) writeOutLocked() {
 		clear(c.outq[rest:])
 		c.outq = c.outq[:rest]
 		if rest == 0 {
-			if cap(c.outq) > 64 {
-				c.outq = nil
-			}
+			// Nothing stays allocated for an idle connection: the next
+			// frame allocates a small queue again.
+			c.outq = nil
 			if len(c.wbuf) == 0 {
 				// Every mark was of a frame written (or, defensively,
 				// of one gone).
-				c.lat = c.lat[:0]
-				if cap(c.lat) > 64 {
-					c.lat = nil
-				}
+				c.lat = nil
 			}
 		}
 		if c.x != nil && rest < c.n.cfg.SendQueue {

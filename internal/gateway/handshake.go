@@ -341,9 +341,7 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	if n.cfg.MaxConnsPerIP > 0 {
 		c.ip = a.ip // the connection releases its IP slot when it ends
 	}
-	if g := grants(a.claims); g != nil || a.device != "" {
-		c.meta = &connMeta{claims: g, device: a.device}
-	}
+	c.meta = n.metas.get(grants(a.claims), a.device)
 	c.exp = n.connExp(a.claims)
 	if n.events != nil {
 		c.extra().info = a.claims.Info

@@ -16,17 +16,23 @@ type hub struct {
 	n     int     // connections
 	list  []*conn // every connection (conn.hubIdx is its place): all() is a copy, not a walk of users
 	users map[string]*localUser
-	rooms map[string]map[*localUser]struct{}
+	rooms map[string]*localRoom
 }
 
 type localUser struct {
 	id    string
 	conns []*conn
-	rooms map[string]struct{}
+	rooms []string // the user's rooms (the room's own name string, shared)
+}
+
+// localRoom is a room with a member connected here.
+type localRoom struct {
+	name    string
+	members map[*localUser]struct{}
 }
 
 func newHub(n *Node) *hub {
-	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]map[*localUser]struct{}{}}
+	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]*localRoom{}}
 }
 
 // add indexes c; first is true when it is its user's first local connection.
@@ -72,7 +78,7 @@ func (h *hub) remove(c *conn) (emptied []string, found bool) {
 		return nil, true
 	}
 	delete(h.users, c.user)
-	for room := range u.rooms {
+	for _, room := range slices.Clone(u.rooms) {
 		if h.leaveLocked(u, room) {
 			emptied = append(emptied, room)
 		}
@@ -110,21 +116,21 @@ func (h *hub) join(user, room string) (added, present bool) {
 	return h.joinLocked(u, room), true
 }
 
+// A user's rooms are a slice, smaller than a map for the few rooms most
+// users are in; a user in very many rooms pays a linear search per join
+// and leave (not per message: fan-out walks the room's members).
 func (h *hub) joinLocked(u *localUser, room string) bool {
-	if u.rooms == nil {
-		u.rooms = map[string]struct{}{}
-	}
-	if _, ok := u.rooms[room]; ok {
+	if slices.Contains(u.rooms, room) {
 		return false
 	}
-	u.rooms[room] = struct{}{}
 	m := h.rooms[room]
 	if m == nil {
-		m = map[*localUser]struct{}{}
+		m = &localRoom{name: room, members: map[*localUser]struct{}{}}
 		h.rooms[room] = m
 	}
-	m[u] = struct{}{}
-	return len(m) == 1
+	u.rooms = append(u.rooms, m.name)
+	m.members[u] = struct{}{}
+	return len(m.members) == 1
 }
 
 // leave removes room from a local user; emptied reports whether the room
@@ -140,13 +146,20 @@ func (h *hub) leave(user, room string) (emptied bool) {
 }
 
 func (h *hub) leaveLocked(u *localUser, room string) bool {
-	if _, ok := u.rooms[room]; !ok {
+	i := slices.Index(u.rooms, room)
+	if i < 0 {
 		return false
 	}
-	delete(u.rooms, room)
+	u.rooms = slices.Delete(u.rooms, i, i+1)
+	if len(u.rooms) == 0 {
+		u.rooms = nil
+	}
 	m := h.rooms[room]
-	delete(m, u)
-	if len(m) == 0 {
+	if m == nil {
+		return false
+	}
+	delete(m.members, u)
+	if len(m.members) == 0 {
 		delete(h.rooms, room)
 		return true
 	}
@@ -167,8 +180,10 @@ func (h *hub) roomConns(room string) []*conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	var out []*conn
-	for u := range h.rooms[room] {
-		out = append(out, u.conns...)
+	if m := h.rooms[room]; m != nil {
+		for u := range m.members {
+			out = append(out, u.conns...)
+		}
 	}
 	return out
 }

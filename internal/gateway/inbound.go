@@ -16,6 +16,7 @@ func (c *conn) runInbound() {
 		c.mu.Lock()
 		if c.x == nil || len(c.x.inq) == 0 {
 			c.running = false
+			c.dropIdleExtraLocked()
 			c.mu.Unlock()
 			return
 		}

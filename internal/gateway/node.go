@@ -69,6 +69,7 @@ type Node struct {
 	accepted atomic.Uint64 // upgraded connections since start
 
 	interest roomLocks // orders this node's interest writes of each room
+	metas    metaCache // connMeta shared by connections with the same grants
 
 	behindRunning atomic.Bool     // catchUpBehind is running
 	staleNodes    map[string]bool // nodes silent for staleAfter at the last cleanupDeadNodes (its goroutine only)

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"strconv"
+	"sync"
 
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/metrics"
@@ -77,4 +79,62 @@ func (c *conn) warnExpiringLocked(now int64) {
 	b, _ := protocol.Encode(c.format, protocol.Expiring{Type: protocol.TypeExpiring, Exp: c.exp})
 	c.outq = append(c.outq, c.dataFrame(b))
 	c.kickLocked()
+}
+
+// metaCache shares one connMeta among the connections whose tokens grant
+// the same (rooms, pub and send claims; no info claim, the default
+// device): where every token carries the same grants, as when a service
+// lets every user join its rooms, an idle connection keeps none of its
+// own. At most metaCacheMax grant sets are shared; others are not.
+type metaCache struct {
+	mu sync.Mutex
+	m  map[string]*connMeta
+}
+
+const metaCacheMax = 4096
+
+// get is the connMeta of a connection with grants g (nil: none) and
+// device; nil when it needs none. A shared one is read-only, as every
+// connMeta is.
+func (mc *metaCache) get(g *auth.Claims, device string) *connMeta {
+	switch {
+	case g == nil && device == "":
+		return nil
+	case g == nil || g.Info != nil || device != "":
+		return &connMeta{claims: g, device: device}
+	}
+	key := grantsKey(g)
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if m := mc.m[key]; m != nil {
+		return m
+	}
+	m := &connMeta{claims: &auth.Claims{Rooms: g.Rooms, Pub: g.Pub, Send: g.Send}}
+	if len(mc.m) < metaCacheMax {
+		if mc.m == nil {
+			mc.m = map[string]*connMeta{}
+		}
+		mc.m[key] = m
+	}
+	return m
+}
+
+// grantsKey encodes the grants of g, each pattern with its length (any
+// byte may be in a claim), a nil send claim apart from an empty one.
+func grantsKey(g *auth.Claims) string {
+	var b []byte
+	for _, list := range [][]string{g.Rooms, g.Pub, g.Send} {
+		b = strconv.AppendInt(b, int64(len(list)), 10)
+		for _, p := range list {
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, int64(len(p)), 10)
+			b = append(b, ':')
+			b = append(b, p...)
+		}
+		b = append(b, ';')
+	}
+	if g.Send == nil {
+		b = append(b, '-')
+	}
+	return string(b)
 }

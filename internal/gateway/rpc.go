@@ -65,6 +65,7 @@ func (c *conn) handleRPC(cf *protocol.ClientFrame) {
 	done := func() {
 		c.mu.Lock()
 		c.x.rpcs--
+		c.dropIdleExtraLocked()
 		c.mu.Unlock()
 	}
 	select {

@@ -82,6 +82,7 @@ func (c *conn) runSends() {
 		if x == nil || len(x.sendq) == 0 || c.state >= stClosing {
 			if x != nil {
 				x.sendq, x.sending = nil, false
+				c.dropIdleExtraLocked()
 			}
 			c.mu.Unlock()
 			return
