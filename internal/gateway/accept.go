@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,10 +49,12 @@ type acceptor struct {
 	n    *Node
 	addr net.Addr
 
-	mu       sync.Mutex
+	// mu guards fd: every loop accepts under its read lock, Close
+	// takes it to close the socket.
+	mu       sync.RWMutex
 	fd       int // -1 once closed
-	tok      netpoll.Token
-	lastWarn time.Time
+	reg      netpoll.Shared
+	lastWarn atomic.Int64 // Unix s of the last accept failure logged
 
 	pendMu  sync.Mutex
 	pending map[*hsConn]struct{} // accepted, request not complete yet
@@ -81,8 +84,11 @@ func (n *Node) serveOwn(ln net.Listener) error {
 		n: n, addr: addr, fd: fd, pending: map[*hsConn]struct{}{},
 		conns: make(chan net.Conn, 256), done: make(chan struct{}),
 	}
+	// Every loop watches the listener (the kernel wakes one per
+	// readiness): accepts and the handshakes' checks, which run inline,
+	// spread over the loops.
 	a.mu.Lock()
-	a.tok, err = n.poller.Register(fd, a)
+	a.reg, err = n.poller.RegisterShared(fd, a)
 	a.mu.Unlock()
 	if err != nil {
 		unix.Close(fd)
@@ -98,10 +104,10 @@ func (n *Node) serveOwn(ln net.Listener) error {
 }
 
 // OnReadable accepts every pending connection (the listener is
-// edge-triggered).
+// edge-triggered); several loops may run it at once.
 func (a *acceptor) OnReadable(buf []byte) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	for a.fd >= 0 {
 		fd, sa, err := unix.Accept4(a.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		switch err {
@@ -113,8 +119,7 @@ func (a *acceptor) OnReadable(buf []byte) {
 		default:
 			// Out of descriptors or memory: the connections wait in the
 			// backlog. No new edge may come for them, so look again soon.
-			if now := time.Now(); now.Sub(a.lastWarn) >= 10*time.Second {
-				a.lastWarn = now
+			if now, last := time.Now().Unix(), a.lastWarn.Load(); now-last >= 10 && a.lastWarn.CompareAndSwap(last, now) {
 				a.n.log.Warn("accept failed; retrying every 100ms", "err", err)
 			}
 			a.n.metrics.HandshakeRejected.WithLabelValues("accept_failed").Inc()
@@ -135,10 +140,10 @@ func (a *acceptor) OnReadable(buf []byte) {
 func (a *acceptor) OnWritable() {}
 
 func (a *acceptor) rearm() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	if a.fd >= 0 {
-		_ = a.n.poller.Rearm(a.fd, a.tok)
+		_ = a.n.poller.RearmShared(a.fd, a.reg)
 	}
 }
 
@@ -197,7 +202,7 @@ func (a *acceptor) Close() error {
 	a.closeOnce.Do(func() {
 		close(a.done)
 		a.mu.Lock()
-		a.n.poller.Unregister(a.fd, a.tok)
+		a.n.poller.UnregisterShared(a.fd, a.reg)
 		unix.Close(a.fd)
 		a.fd = -1
 		a.mu.Unlock()

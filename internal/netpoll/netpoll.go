@@ -163,7 +163,10 @@ func (p *Poller) Register(fd int, h Handler) (Token, error) {
 	l := p.loops[p.next%uint32(len(p.loops))]
 	p.next++
 	p.mu.Unlock()
+	return l.add(fd, h, armEvent)
+}
 
+func (l *loop) add(fd int, h Handler, arm func(slot, gen uint32) unix.EpollEvent) (Token, error) {
 	l.mu.Lock()
 	if l.quit {
 		l.mu.Unlock()
@@ -182,12 +185,65 @@ func (p *Poller) Register(fd int, h Handler) (Token, error) {
 	l.slots[slot] = entry{h: h, gen: gen}
 	l.mu.Unlock()
 
-	ev := armEvent(slot, gen)
+	ev := arm(slot, gen)
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		l.release(slot, gen)
 		return Token{}, fmt.Errorf("netpoll: epoll_ctl add: %w", err)
 	}
 	return Token{loop: l, slot: slot, gen: gen}, nil
+}
+
+// Shared is a socket registered with every loop: a listening socket, so
+// that accepting, and what its handler does inline for each connection
+// accepted (a handshake's parse and token check), spreads over the loops.
+type Shared struct{ toks []Token }
+
+// exclusiveEvent: each readiness wakes one loop waiting for it (not
+// every loop), edge-triggered.
+func exclusiveEvent(slot, gen uint32) unix.EpollEvent {
+	return unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET | unix.EPOLLEXCLUSIVE, Fd: int32(slot), Pad: int32(gen)}
+}
+
+// RegisterShared adds a non-blocking listening socket to every loop
+// (EPOLLEXCLUSIVE: the kernel wakes one of the loops waiting). h is
+// called on several loops at once and must allow it.
+func (p *Poller) RegisterShared(fd int, h Handler) (Shared, error) {
+	p.mu.Lock()
+	loops := p.loops
+	p.mu.Unlock()
+	if len(loops) == 0 {
+		return Shared{}, ErrClosed
+	}
+	var s Shared
+	for _, l := range loops {
+		t, err := l.add(fd, h, exclusiveEvent)
+		if err != nil {
+			p.UnregisterShared(fd, s)
+			return Shared{}, err
+		}
+		s.toks = append(s.toks, t)
+	}
+	return s, nil
+}
+
+// RearmShared reports the socket's readiness again to the loops (an
+// exclusive registration cannot be modified: it is added anew).
+func (p *Poller) RearmShared(fd int, s Shared) error {
+	for _, t := range s.toks {
+		_ = unix.EpollCtl(t.loop.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+		ev := exclusiveEvent(t.slot, t.gen)
+		if err := unix.EpollCtl(t.loop.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			return fmt.Errorf("netpoll: epoll_ctl add: %w", err)
+		}
+	}
+	return nil
+}
+
+// UnregisterShared removes the socket from every loop.
+func (p *Poller) UnregisterShared(fd int, s Shared) {
+	for _, t := range s.toks {
+		p.Unregister(fd, t)
+	}
 }
 
 // Rebind hands a registered socket to another handler (a connection

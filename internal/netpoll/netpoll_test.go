@@ -133,3 +133,61 @@ func TestTakeFDKeepsTheSocketNonBlocking(t *testing.T) {
 		t.Fatalf("read on an idle socket: %v, want EAGAIN", err)
 	}
 }
+
+// blockingAcceptor accepts one connection per event and then holds its
+// loop until released, as a slow handshake would.
+type blockingAcceptor struct {
+	fd       int
+	accepted chan int
+	release  chan struct{}
+}
+
+func (a *blockingAcceptor) OnReadable([]byte) {
+	fd, _, err := unix.Accept4(a.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+	if err != nil {
+		return
+	}
+	a.accepted <- fd
+	<-a.release
+}
+
+func (a *blockingAcceptor) OnWritable() {}
+
+// A listener registered with every loop is served by another loop while
+// one is busy with a connection: handshakes do not queue behind one core.
+func TestSharedListenerSpreadsOverLoops(t *testing.T) {
+	p, err := New(Options{Loops: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := TakeFD(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	a := &blockingAcceptor{fd: fd, accepted: make(chan int, 2), release: make(chan struct{})}
+	s, err := p.RegisterShared(fd, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.UnregisterShared(fd, s)
+	defer close(a.release)
+	for i := range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		select {
+		case fd := <-a.accepted:
+			unix.Close(fd)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("connection %d not accepted while another loop is busy with connection %d", i+1, i)
+		}
+	}
+}
