@@ -241,3 +241,35 @@ func BenchmarkRoomPublish(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConnectJoin is a client's whole arrival on a node with Redis:
+// the handshake (token, route, inbox), a join frame and its reply, then
+// the close; one connection at a time, over loopback. rtt/op are the
+// round trips to Redis that touch the user's or the room's keys: 1 for
+// the connect, 1 for the join, 1 for the close's route removal.
+func BenchmarkConnectJoin(b *testing.B) {
+	n, r := redisNode(b, "benchjoin")
+	hook := &keyTrips{markers: []string{":r:lobby}", ":u:"}}
+	r.Client().AddHook(hook)
+	toks := make([]string, 1000)
+	for i := range toks {
+		toks[i] = token(b, fmt.Sprint("bj", i), anyRoom)
+	}
+	join := func(tok string) rawClient {
+		c := dialRawFD(b, n.addr, tok)
+		c.frame(b, `{"type":"join","id":"j","room":"lobby"}`)
+		c.readUntil(b, `"type":"reply"`)
+		return c
+	}
+	// The room's first member stays: the node's interest is declared.
+	first := join(token(b, "bj-first", anyRoom))
+	defer unix.Close(int(first))
+	arrive := func(i int) { unix.Close(int(join(toks[i%len(toks)]))) }
+	before := hook.n.Load()
+	i := 0
+	for b.Loop() {
+		arrive(i)
+		i++
+	}
+	b.ReportMetric(float64(hook.n.Load()-before)/float64(i), "rtt/op")
+}

@@ -41,7 +41,7 @@ func startNode(t *testing.T, mutate func(*config.Gateway)) *testNode {
 }
 
 // before, when given, runs between New and Start (e.g. EnableEvents).
-func startNodeWith(t *testing.T, backend cluster.Backend, mutate func(*config.Gateway), before ...func(*Node)) *testNode {
+func startNodeWith(t testing.TB, backend cluster.Backend, mutate func(*config.Gateway), before ...func(*Node)) *testNode {
 	t.Helper()
 	cfg := new(config.Gateway)
 	if err := config.NewGatewaySet(cfg).Load(nil, func(string) (string, bool) { return "", false }); err != nil {

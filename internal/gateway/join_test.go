@@ -55,7 +55,7 @@ func (h *keyTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-func redisNode(t *testing.T, prefix string) (*testNode, *cluster.Redis) {
+func redisNode(t testing.TB, prefix string) (*testNode, *cluster.Redis) {
 	t.Helper()
 	srv := redistest.Standalone(t, redistest.Options{})
 	b, err := cluster.NewRedis(context.Background(), cluster.RedisOptions{URL: srv.URL(), Prefix: prefix})

@@ -16,7 +16,7 @@ import (
 // so that the test's own heap stays out of the node's figures.
 type rawClient int
 
-func dialRawFD(t *testing.T, addr, tok string) rawClient {
+func dialRawFD(t testing.TB, addr, tok string) rawClient {
 	t.Helper()
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
@@ -38,7 +38,7 @@ func dialRawFD(t *testing.T, addr, tok string) rawClient {
 	return c
 }
 
-func (c rawClient) write(t *testing.T, b []byte) {
+func (c rawClient) write(t testing.TB, b []byte) {
 	t.Helper()
 	for len(b) > 0 {
 		n, err := unix.Write(int(c), b)
@@ -49,7 +49,7 @@ func (c rawClient) write(t *testing.T, b []byte) {
 	}
 }
 
-func (c rawClient) frame(t *testing.T, payload string) {
+func (c rawClient) frame(t testing.TB, payload string) {
 	t.Helper()
 	var buf bytes.Buffer
 	f := ws.MaskFrame(ws.NewTextFrame([]byte(payload)))
@@ -61,7 +61,7 @@ func (c rawClient) frame(t *testing.T, payload string) {
 
 // readUntil reads until what has come contains want (a test of this
 // file's own frames: small, never split in a way that matters).
-func (c rawClient) readUntil(t *testing.T, want string) {
+func (c rawClient) readUntil(t testing.TB, want string) {
 	t.Helper()
 	var got []byte
 	buf := make([]byte, 4096)
