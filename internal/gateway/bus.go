@@ -70,6 +70,10 @@ type envelope struct {
 	User   string   `json:"u,omitempty"`
 	Room   string   `json:"r,omitempty"`
 	Join   bool     `json:"j,omitempty"`
+	// A join's room seq as the joining node read it (membership): the
+	// member's connections follow the room from there. Nil from a node of
+	// an earlier version.
+	RoomSeq *int64 `json:"rs,omitempty"`
 	Except string   `json:"x,omitempty"`    // kick: spare this connection
 	Conn   string   `json:"conn,omitempty"` // kick: only this connection
 	Conns  []string `json:"cs,omitempty"`   // kick: only these connections
@@ -255,7 +259,7 @@ func (n *Node) onBus(payload []byte) {
 			}
 		}
 	case kindMembership:
-		n.applyMembership(e.User, e.Room, e.Join)
+		n.applyMembership(e.User, e.Room, e.Join, e.RoomSeq)
 	case kindDrain:
 		n.draining.Store(true) // new handshakes refused from now on
 		n.goFunc(func() { n.Drain("api") })
@@ -272,9 +276,28 @@ func (n *Node) onBus(payload []byte) {
 // handled the join declared interest for this node already; if the user
 // has no connection here any more (it closed meanwhile) and no other local
 // member has the room, that declaration is withdrawn.
-func (n *Node) applyMembership(user, room string, join bool) {
+//
+// The user's connections here follow the room from roomSeq, the seq the
+// joining node read (from the next seq, contract 4.2): a stream a
+// connection starts on its own, at a room's first reliable message, starts
+// at 0, since it was plain when the connection followed it (see
+// deliverLocked). A node of an earlier version sends no seq: it is read
+// here, after the local index has the room (best effort, for the time of
+// a rolling upgrade).
+func (n *Node) applyMembership(user, room string, join bool, roomSeq *int64) {
 	if join {
 		added, present := n.hub.join(user, room)
+		if present && roomSeq != nil {
+			n.followLocal(user, room, *roomSeq, nil)
+		} else if present {
+			n.goFunc(func() {
+				ctx, cancel := n.bctx(n.ctx)
+				defer cancel()
+				if seqs, err := n.backend.RoomSeqs(ctx, []string{room}); err == nil {
+					n.followLocal(user, room, seqs[0], nil)
+				}
+			})
+		}
 		switch {
 		case added:
 			n.goFunc(func() { n.declareInterest([]string{room}) })

@@ -150,7 +150,12 @@ func (c *conn) deliverLocked(d *delivery) bool {
 	}
 	var s *stream // nil: the inbox of a connection never caught up
 	if d.room != "" {
-		s = c.roomStreamLocked(d.room, d.seq-1)
+		// A reliable room the connection does not follow yet was plain
+		// (seq 0) when it followed the room (at connect, join, or a
+		// membership from another node, which all start a stream for a
+		// reliable room): every seq of it is owed, from 1, also when
+		// the first ones reach the node after a later one.
+		s = c.roomStreamLocked(d.room, 0)
 	} else if c.x != nil {
 		s = &c.x.inbox
 	}
@@ -205,9 +210,7 @@ func (c *conn) orInbox(s *stream) *stream {
 }
 
 // roomStreamLocked returns the connection's stream of a reliable room,
-// starting it at base when the connection did not follow the room yet (a
-// membership that came after the connect: its first message is where it
-// starts).
+// starting it at base when the connection did not follow the room yet.
 func (c *conn) roomStreamLocked(room string, base int64) *stream {
 	x := c.extra()
 	s := x.rooms[room]
@@ -593,7 +596,7 @@ func (c *conn) releaseLocked(held []*delivery) {
 		}
 		s := &c.extra().inbox
 		if d.room != "" {
-			s = c.roomStreamLocked(d.room, d.seq-1)
+			s = c.roomStreamLocked(d.room, 0) // plain at the resume's read, as in deliverLocked
 		}
 		if len(s.held) == 0 && !s.catchUp {
 			touched = append(touched, s)

@@ -68,7 +68,7 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's rooms claim does not allow room "+cf.Room)
 			return
 		}
-		seq, err := c.n.changeMembership(ctx, cf.Room, c.user, true)
+		seq, err := c.n.changeMembership(ctx, cf.Room, c.user, true, c)
 		if ae, ok := err.(*APIError); ok && ae.Code == codeTooManyRooms {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, ae.Message)
 			return

@@ -21,20 +21,38 @@ const codeTooManyRooms = "too_many_rooms"
 // interest in the room (done here, so a publish right after the answer
 // finds them) and updates its local index through the bus.
 func (n *Node) JoinRoom(ctx context.Context, room, user string) error {
-	_, err := n.changeMembership(ctx, room, user, true)
+	_, err := n.changeMembership(ctx, room, user, true, nil)
 	return err
 }
 
 // LeaveRoom ends user's membership of room.
 func (n *Node) LeaveRoom(ctx context.Context, room, user string) error {
-	_, err := n.changeMembership(ctx, room, user, false)
+	_, err := n.changeMembership(ctx, room, user, false, nil)
 	return err
 }
 
+// followLocal makes the user's connections here follow a reliable room
+// from seq (nothing for a room still plain: see deliverLocked), except
+// the one whose join frame this is (it follows from its own since).
+func (n *Node) followLocal(user, room string, seq int64, except *conn) {
+	if seq <= 0 {
+		return
+	}
+	for _, c := range n.hub.userConns(user) {
+		if c == except {
+			continue
+		}
+		c.mu.Lock()
+		c.roomStreamLocked(room, seq)
+		c.mu.Unlock()
+	}
+}
+
 // changeMembership answers, for a join, the room's last seq read after
-// this node's interest in the room was declared (a join frame's
-// connection follows the room from there).
-func (n *Node) changeMembership(ctx context.Context, room, user string, join bool) (roomSeq int64, err error) {
+// this node's interest in the room was declared: the user's connections
+// follow the room from there, but for except, the connection whose join
+// frame this is (it follows from its own since).
+func (n *Node) changeMembership(ctx context.Context, room, user string, join bool, except *conn) (roomSeq int64, err error) {
 	if err := protocol.ValidName("room", room); err != nil {
 		return 0, badRequest("%v", err)
 	}
@@ -89,6 +107,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 					}
 					roomSeq = seqs[0]
 				}
+				n.followLocal(user, room, roomSeq, except)
 			} else {
 				if n.hub.leave(user, room) {
 					n.dropInterest([]string{room})
@@ -105,7 +124,11 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 		}
 	}
 	if len(remote) > 0 {
-		env := encodeEnvelope(envelope{Kind: kindMembership, User: user, Room: room, Join: join}, nil)
+		e := envelope{Kind: kindMembership, User: user, Room: room, Join: join}
+		if join {
+			e.RoomSeq = &roomSeq
+		}
+		env := encodeEnvelope(e, nil)
 		if err := n.backend.Send(ctx, remote, env); err != nil {
 			return 0, unavailable("bus", err)
 		}

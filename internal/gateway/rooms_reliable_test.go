@@ -281,3 +281,47 @@ func TestOldEnvelopesOfPlainRoomsAreDelivered(t *testing.T) {
 		t.Fatalf("a plain room message goes on the bus as %q, want room", got)
 	}
 }
+
+// A room becoming reliable while a member is connected (it was plain at
+// the connect and at the join): its first reliable messages reach the
+// member's node out of order (seq 1's bus copy lost, as when two nodes
+// publish the room's first messages at once). The member still gets 1
+// then 2, once each: its stream starts at 0, not at the first seq it sees.
+func TestRoomBecomingReliableLosesNoFirstMessage(t *testing.T) {
+	b := cluster.NewMemory()
+	l := newLostCopy(t, b, b, 1000, "newbie")
+	l.conn.loseBus = func(seq int64) bool { return seq == 1 }
+	join(t, l.pub, "fresh", "newbie")
+	eventually(t, 5*time.Second, "membership", func() bool { return len(l.conn.hub.roomConns("fresh")) == 1 })
+	reliableRoom(t, l.pub, "fresh", 1) // its copy is lost
+	reliableRoom(t, l.pub, "fresh", 2)
+	l.expectBoth(t)
+}
+
+// A membership made through the API while the member is connected, to a
+// room with history, starts at the room's seq on the member's node and on
+// the joining node alike: the next message is the first frame, no replay
+// of what came before the join, no gap.
+func TestAPIJoinFollowsFromTheRoomsSeq(t *testing.T) {
+	b := cluster.NewMemory()
+	pubNode := startNodeWith(t, b, nil)
+	other := startNodeWith(t, b, func(c *config.Gateway) { c.NodeID = "t2" })
+	for i := 1; i <= 3; i++ {
+		reliableRoom(t, pubNode, "storied", i)
+	}
+	here := pubNode.connect(t, "ida", "")
+	there := other.connect(t, "ida", "")
+	join(t, pubNode, "storied", "ida")
+	eventually(t, 5*time.Second, "membership on both nodes", func() bool {
+		return len(pubNode.hub.roomConns("storied")) == 1 && len(other.hub.roomConns("storied")) == 1
+	})
+	if seq := reliableRoom(t, pubNode, "storied", 4); seq != 4 {
+		t.Fatalf("fourth message got seq %d", seq)
+	}
+	for name, c := range map[string]*wsClient{"the joining node": here, "the other node": there} {
+		f := c.next(5 * time.Second)
+		if f["type"] != "message" || f["seq"] != 4.0 {
+			t.Fatalf("first frame on %s after the API join: %v, want the message of seq 4", name, f)
+		}
+	}
+}
