@@ -67,18 +67,18 @@ type envelope struct {
 	PubAt  int64  `json:"p,omitempty"`
 	Origin string `json:"o,omitempty"`
 
-	User   string   `json:"u,omitempty"`
-	Room   string   `json:"r,omitempty"`
-	Join   bool     `json:"j,omitempty"`
+	User string `json:"u,omitempty"`
+	Room string `json:"r,omitempty"`
+	Join bool   `json:"j,omitempty"`
 	// A join's room seq as the joining node read it (membership): the
 	// member's connections follow the room from there. Nil from a node of
 	// an earlier version.
-	RoomSeq *int64 `json:"rs,omitempty"`
-	Except string   `json:"x,omitempty"`    // kick: spare this connection
-	Conn   string   `json:"conn,omitempty"` // kick: only this connection
-	Conns  []string `json:"cs,omitempty"`   // kick: only these connections
-	Code   int      `json:"code,omitempty"`
-	Reason string   `json:"why,omitempty"`
+	RoomSeq *int64   `json:"rs,omitempty"`
+	Except  string   `json:"x,omitempty"`    // kick: spare this connection
+	Conn    string   `json:"conn,omitempty"` // kick: only this connection
+	Conns   []string `json:"cs,omitempty"`   // kick: only these connections
+	Code    int      `json:"code,omitempty"`
+	Reason  string   `json:"why,omitempty"`
 
 	// A request (kick, drain) with an id wants an answer: kindDone with
 	// the same id, sent to From (see ask.go).
