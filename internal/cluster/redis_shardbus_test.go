@@ -187,7 +187,7 @@ func TestRedisClusterBusOnEveryMaster(t *testing.T) {
 }
 
 // Several publisher nodes stream to several subscriber nodes while every
-// master closes its Pub/Sub connections (CLIENT KILL TYPE pubsub): each
+// master closes its sharded Pub/Sub connections (CLIENT KILL ID): each
 // subscriber is told it may have lost messages, hears again, and what it
 // got from each publisher is in publish order without duplicates.
 func TestRedisClusterBusKilledSubscriptions(t *testing.T) {
@@ -227,10 +227,8 @@ func TestRedisClusterBusKilledSubscriptions(t *testing.T) {
 		})
 	}
 	<-killed
-	for _, s := range c.Servers {
-		if _, err := s.KillClients("pubsub"); err != nil {
-			t.Fatal(err)
-		}
+	if n := killShardedSubscribers(t, c); n == 0 {
+		t.Fatal("no sharded subscription to kill")
 	}
 	wg.Wait()
 	total := 0
@@ -421,4 +419,132 @@ func (r *rawSub) expect(t *testing.T, want ...string) {
 			t.Fatalf("got %q on %s, want %q", m.Payload, m.Channel, w)
 		}
 	}
+}
+
+// killShardedSubscribers closes, on every master, the connections with
+// sharded subscriptions (CLIENT LIST's ssub > 0) and returns how many.
+func killShardedSubscribers(t *testing.T, c *redistest.ClusterServers) int {
+	t.Helper()
+	ctx := ctxTimeout(t, 10*time.Second)
+	killed := 0
+	for _, s := range c.Servers {
+		list, err := s.Client().ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(list, "\n") {
+			var id string
+			ssub := 0
+			for _, f := range strings.Fields(line) {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "id":
+					id = v
+				case "ssub":
+					ssub, _ = strconv.Atoi(v)
+				}
+			}
+			if ssub == 0 {
+				continue
+			}
+			if err := s.Client().Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	return killed
+}
+
+// A node's bucket slot moves to another master (resharding): Redis
+// unsubscribes the node's sharded subscription itself; the node is told
+// it may have lost messages, subscribes on the new master, and
+// publishers follow the slot (MOVED) without reordering.
+func TestRedisClusterBusSlotMoved(t *testing.T) {
+	t.Parallel()
+	c := redistest.Cluster(t)
+	prefix := fmt.Sprintf("t%d", prefixSeq.Add(1))
+	opt := func(o *cluster.RedisOptions) { o.Prefix = prefix }
+	sub := newRedis(t, c.Seeds(), opt)
+	pub := newRedis(t, c.Seeds(), opt)
+	s := newStreamSub(t, sub, "mover")
+	ctx := ctxTimeout(t, time.Minute)
+	var src, dst *redistest.Server
+	var channel string
+	for i, srv := range c.Servers {
+		chans, err := srv.Client().PubSubShardChannels(ctx, "*:node:mover").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chans) == 1 {
+			src, dst, channel = srv, c.Servers[(i+1)%len(c.Servers)], chans[0]
+		}
+	}
+	if src == nil {
+		t.Fatal("no master holds the node's channel")
+	}
+	slot, err := src.Client().ClusterKeySlot(ctx, channel).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitMarker(t, pub, s, "mover")
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if pub.Send(ctxTimeout(t, 2*time.Second), []string{"mover"}, []byte(fmt.Sprintf("p0:%d", i))) != nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	})
+	id := func(srv *redistest.Server) string {
+		v, err := srv.Client().Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	srcID, dstID := id(src), id(dst)
+	if n, err := src.Client().ClusterCountKeysInSlot(ctx, int(slot)).Result(); err != nil || n != 0 {
+		t.Fatalf("slot %d holds %d keys (%v): the test moves it without MIGRATE", slot, n, err)
+	}
+	for _, step := range []struct {
+		srv  *redistest.Server
+		args []any
+	}{
+		{dst, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", srcID}},
+		{src, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", dstID}},
+		{dst, []any{"CLUSTER", "SETSLOT", slot, "NODE", dstID}},
+		{src, []any{"CLUSTER", "SETSLOT", slot, "NODE", dstID}},
+	} {
+		if err := step.srv.Client().Do(ctx, step.args...).Err(); err != nil {
+			t.Fatalf("%v: %v", step.args, err)
+		}
+	}
+	eventually(t, 20*time.Second, "the node is told of the loss", func() error {
+		if s.losses() == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	awaitMarker(t, pub, s, "mover")
+	close(stop)
+	wg.Wait()
+	eventually(t, 20*time.Second, "the node's channel is on the new master", func() error {
+		chans, err := dst.Client().PubSubShardChannels(ctx, "*:node:mover").Result()
+		if err != nil {
+			return err
+		}
+		if len(chans) != 1 {
+			return errNotYet
+		}
+		return nil
+	})
+	t.Logf("%d stream messages arrived, in order", s.checkOrder(t, "mover"))
 }
