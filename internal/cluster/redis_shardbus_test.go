@@ -143,7 +143,7 @@ func TestRedisClusterClassicBus(t *testing.T) {
 
 // registerOldNode writes the node record that a node of the version
 // before sharded Pub/Sub writes: no bus field.
-func registerOldNode(t *testing.T, c *redistest.ClusterServers, prefix, id string) {
+func registerOldNode(t testing.TB, c *redistest.ClusterServers, prefix, id string) {
 	t.Helper()
 	admin := c.Client()
 	defer admin.Close()
