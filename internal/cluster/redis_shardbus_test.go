@@ -91,13 +91,14 @@ func (s *streamSub) checkOrder(t *testing.T, node string) int {
 	return total
 }
 
-// awaitMarker sends fresh markers from b to node until one arrives.
+var markerSeq atomic.Int64
+
+// awaitMarker sends fresh markers (never sent before) from b to node
+// until one arrives.
 func awaitMarker(t *testing.T, b cluster.Backend, s *streamSub, node string) {
 	t.Helper()
-	var i int
 	eventually(t, 30*time.Second, node+" hears again", func() error {
-		i++
-		m := fmt.Sprintf("marker-%s-%d", node, i)
+		m := fmt.Sprintf("marker-%s-%d", node, markerSeq.Add(1))
 		if err := b.Send(ctxTimeout(t, 2*time.Second), []string{node}, []byte(m)); err != nil {
 			return err
 		}
@@ -547,4 +548,88 @@ func TestRedisClusterBusSlotMoved(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d stream messages arrived, in order", s.checkOrder(t, "mover"))
+}
+
+// The master of a node's bucket is killed (SIGKILL) during a stream and
+// its replica takes over: the node is told it may have lost messages,
+// subscribes on the new master and hears again; the publisher follows the
+// slot to the new master; order holds.
+func TestRedisClusterBusFailover(t *testing.T) {
+	t.Parallel()
+	c := redistest.ClusterWithReplicas(t)
+	prefix := fmt.Sprintf("t%d", prefixSeq.Add(1))
+	opt := func(o *cluster.RedisOptions) { o.Prefix = prefix }
+	sub := newRedis(t, c.Seeds(), opt)
+	pub := newRedis(t, c.Seeds(), opt)
+	subs := map[string]*streamSub{}
+	for i := range 12 {
+		node := fmt.Sprintf("n%d", i)
+		subs[node] = newStreamSub(t, sub, node)
+	}
+	shards := shardNodes(t, c)
+	if len(shards[0]) == 0 {
+		t.Fatal("master 0 holds no node's channels")
+	}
+	node, victim, heir := shards[0][0], c.Servers[0], c.Replicas[0]
+	s := subs[node]
+	awaitMarker(t, pub, s, node)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if pub.Send(ctxTimeout(t, 2*time.Second), []string{node}, []byte(fmt.Sprintf("p0:%d", i))) == nil {
+				sent.Add(1)
+			} else {
+				time.Sleep(20 * time.Millisecond) // no busy loop while the slot has no master
+			}
+		}
+	})
+	eventually(t, 10*time.Second, "the stream runs", func() error {
+		if sent.Load() < 100 {
+			return errNotYet
+		}
+		return nil
+	})
+	victim.Kill()
+	eventually(t, 30*time.Second, "the replica is master", func() error {
+		info, err := heir.Client().Info(ctxTimeout(t, 2*time.Second), "replication").Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "role:master") {
+			return errNotYet
+		}
+		return nil
+	})
+	// Every node of the lost master hears again.
+	for _, n := range shards[0] {
+		awaitMarker(t, pub, subs[n], n)
+	}
+	close(stop)
+	wg.Wait()
+	for _, n := range shards[0] {
+		eventually(t, 20*time.Second, n+" is told of the loss", func() error {
+			if subs[n].losses() == 0 {
+				return errNotYet
+			}
+			return nil
+		})
+	}
+	eventually(t, 20*time.Second, "the node's channels are on the new master", func() error {
+		chans, err := heir.Client().PubSubShardChannels(ctxTimeout(t, 2*time.Second), "*:node:"+node).Result()
+		if err != nil {
+			return err
+		}
+		if len(chans) != 1 {
+			return errNotYet
+		}
+		return nil
+	})
+	t.Logf("%d of %d sent messages arrived, in order", s.checkOrder(t, node), sent.Load())
 }
