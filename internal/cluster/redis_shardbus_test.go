@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/cluster/clustertest"
@@ -632,4 +633,30 @@ func TestRedisClusterBusFailover(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d of %d sent messages arrived, in order", s.checkOrder(t, node), sent.Load())
+}
+
+// On Redis Cluster too, Close ends every goroutine the backend started,
+// both subscriptions of each node included. Not parallel: the goroutine
+// snapshot must not see other tests.
+func TestRedisClusterNoGoroutineLeak(t *testing.T) {
+	c := redistest.Cluster(t)
+	ignore := goleak.IgnoreCurrent()
+	b := newRedis(t, c.Seeds())
+	ctx, cancel := context.WithCancel(context.Background())
+	s := newStreamSub(t, b, "n1")
+	if err := b.Subscribe(ctx, "n2", func([]byte) {}); err != nil {
+		t.Fatal(err)
+	}
+	awaitMarker(t, b, s, "n1")
+	if err := b.Broadcast(ctxTimeout(t, 5*time.Second), []byte("all")); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // one node's subscriptions end by their context, the other's by Close
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(context.Background(), []string{"n1"}, []byte("late")); err == nil {
+		t.Fatal("Send after Close succeeded")
+	}
+	goleak.VerifyNone(t, ignore)
 }
