@@ -109,6 +109,7 @@ type Redis struct {
 	appends    scriptBatcher // AppendInbox without WAIT
 	publishes  publishBatcher
 	acks       ackBatcher
+	shard      *shardBus // Redis Cluster: sharded Pub/Sub; nil otherwise
 }
 
 // NewRedis connects to the deployment that opt.URL names. It fails only for
@@ -146,8 +147,13 @@ func NewRedis(ctx context.Context, opt RedisOptions) (*Redis, error) {
 		registered: map[string]bool{},
 		subs:       map[*redisSub]struct{}{},
 	}
+	if _, ok := c.(*redis.ClusterClient); ok {
+		r.shard = newShardBus(opt.Prefix)
+	}
 	if err := r.Ping(ctx); err != nil {
 		r.log.Warn("redis does not answer yet", "err", err)
+	} else {
+		r.refreshBusMode(ctx)
 	}
 	return r, nil
 }

@@ -241,6 +241,7 @@ type publishBatcher struct{ batcher[*publishReq] }
 
 type publishReq struct {
 	reqBase
+	sharded  bool // SPUBLISH, not PUBLISH (Redis Cluster)
 	channels []string
 	payload  []byte   // for every channel, or:
 	payloads [][]byte // one per channel
@@ -248,6 +249,10 @@ type publishReq struct {
 
 // publishBatch sends the bus messages of a batch as one pipeline.
 func (r *Redis) publishBatch(batch []*publishReq) {
+	if r.shard != nil {
+		r.publishCluster(batch)
+		return
+	}
 	ctx, cancel := batchCtx(batch)
 	defer cancel()
 	var channels []string

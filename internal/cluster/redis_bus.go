@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Bus on Redis Pub/Sub: node ID listens on P:bus:node:ID and P:bus:all.
+// Bus on Redis Pub/Sub: node ID listens on P:bus:node:ID and P:bus:all
+// (and, on Redis Cluster, on sharded channels: see shardBus).
 // Pub/Sub forgets: a message published while a subscriber is disconnected
 // is lost to it (reliable messages go through the inbox instead).
 const (
@@ -27,16 +28,17 @@ const (
 // Send implements Backend: PUBLISH to each named node's channel (a node
 // named twice gets one copy), pipelined.
 func (r *Redis) Send(ctx context.Context, nodes []string, payload []byte) error {
+	sharded := r.busPublishSharded()
 	channels := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		if ch := r.k.busNode(n); !slices.Contains(channels, ch) {
+		if ch := r.busChannel(n, sharded); !slices.Contains(channels, ch) {
 			channels = append(channels, ch)
 		}
 	}
 	if len(channels) == 0 {
 		return nil
 	}
-	return r.publishes.call(ctx, r, "send", r.publishBatch, &publishReq{channels: channels, payload: payload})
+	return r.publishes.call(ctx, r, "send", r.publishBatch, &publishReq{channels: channels, payload: payload, sharded: sharded})
 }
 
 // SendEach implements Backend: one PUBLISH per message, in order, in one
@@ -45,9 +47,10 @@ func (r *Redis) SendEach(ctx context.Context, msgs []BusMessage) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	q := &publishReq{channels: make([]string, len(msgs)), payloads: make([][]byte, len(msgs))}
+	sharded := r.busPublishSharded()
+	q := &publishReq{channels: make([]string, len(msgs)), payloads: make([][]byte, len(msgs)), sharded: sharded}
 	for i, m := range msgs {
-		q.channels[i], q.payloads[i] = r.k.busNode(m.Node), m.Payload
+		q.channels[i], q.payloads[i] = r.busChannel(m.Node, sharded), m.Payload
 	}
 	return r.publishes.call(ctx, r, "send", r.publishBatch, q)
 }
@@ -77,12 +80,13 @@ func (r *Redis) publishMany(ctx context.Context, channels []string, payloads [][
 	return err
 }
 
-// publisher is where PUBLISH goes. In Redis Cluster every
-// PUBLISH of this deployment goes through one node, the master of the slot
-// of redisKeys.busRoute: PUBLISH reaches subscribers on every node through
-// the cluster bus anyway, and with a single entry point one publisher's
-// messages to a subscriber (targeted or broadcast) cannot overtake each
-// other on different cluster-bus links.
+// publisher is where PUBLISH goes (publishCluster routes Redis Cluster's
+// sends). In Redis Cluster every classic PUBLISH of this deployment goes
+// through one node, the master of the slot of redisKeys.busRoute: PUBLISH
+// reaches subscribers on every node through the cluster bus anyway, and
+// with a single entry point one publisher's messages to a subscriber
+// (targeted or broadcast) cannot overtake each other on different
+// cluster-bus links.
 func (r *Redis) publisher(ctx context.Context) (redis.Cmdable, error) {
 	if cc, ok := r.c.(*redis.ClusterClient); ok {
 		return cc.MasterForKey(ctx, r.k.busRoute())
@@ -90,9 +94,17 @@ func (r *Redis) publisher(ctx context.Context) (redis.Cmdable, error) {
 	return r.c, nil
 }
 
-// Broadcast implements Backend: one PUBLISH to the all-nodes channel.
+// Broadcast implements Backend: one PUBLISH to the all-nodes channel, or
+// one SPUBLISH to each bucket's (sharded Redis Cluster).
 func (r *Redis) Broadcast(ctx context.Context, payload []byte) error {
-	return r.publishes.call(ctx, r, "broadcast", r.publishBatch, &publishReq{channels: []string{r.k.busAll()}, payload: payload})
+	q := &publishReq{channels: []string{r.k.busAll()}, payload: payload}
+	if r.busPublishSharded() {
+		q.sharded, q.channels = true, make([]string, busBuckets)
+		for b := range q.channels {
+			q.channels[b] = r.shard.all(b)
+		}
+	}
+	return r.publishes.call(ctx, r, "broadcast", r.publishBatch, q)
 }
 
 // redisSub is one Subscribe call: a go-redis PubSub on the node's two
@@ -100,6 +112,7 @@ func (r *Redis) Broadcast(ctx context.Context, payload []byte) error {
 type redisSub struct {
 	r        *Redis
 	node     string
+	sharded  bool // SSUBSCRIBE (Redis Cluster), not SUBSCRIBE
 	channels []string
 	handle   func([]byte)
 	ctx      context.Context
@@ -117,10 +130,20 @@ type redisSub struct {
 // and resubscribes, and a connection silent for two idle periods despite a
 // PING is replaced.
 func (r *Redis) Subscribe(ctx context.Context, node string, handle func(payload []byte)) error {
+	if r.shard != nil {
+		return r.subscribeCluster(ctx, node, handle)
+	}
+	_, err := r.subscribe(ctx, node, false, []string{r.k.busNode(node), r.k.busAll()}, handle)
+	return err
+}
+
+// subscribe is one subscription on channels (sharded or classic).
+func (r *Redis) subscribe(ctx context.Context, node string, sharded bool, channels []string, handle func([]byte)) (*redisSub, error) {
 	s := &redisSub{
 		r:        r,
 		node:     node,
-		channels: []string{r.k.busNode(node), r.k.busAll()},
+		sharded:  sharded,
+		channels: channels,
 		handle:   handle,
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
@@ -128,7 +151,7 @@ func (r *Redis) Subscribe(ctx context.Context, node string, handle func(payload 
 	if r.closed {
 		r.mu.Unlock()
 		s.cancel()
-		return errClosed
+		return nil, errClosed
 	}
 	r.subs[s] = struct{}{}
 	r.wg.Add(1) // here, so that Close never waits while a Subscribe is still adding
@@ -145,11 +168,11 @@ func (r *Redis) Subscribe(ctx context.Context, node string, handle func(payload 
 		s.closePS()
 		r.forget(s)
 		r.wg.Done()
-		return err
+		return nil, err
 	}
 	context.AfterFunc(s.ctx, s.closePS)
 	go s.run(early)
-	return nil
+	return s, nil
 }
 
 func (r *Redis) forget(s *redisSub) {
@@ -165,8 +188,20 @@ func (s *redisSub) open(ctx context.Context) {
 	if s.ps != nil {
 		_ = s.ps.Close()
 	}
-	s.ps = s.r.c.Subscribe(ctx, s.channels...)
+	s.ps = s.newPubSub(ctx)
 }
+
+// newPubSub subscribes a new PubSub to the channels. A sharded one
+// connects to the master of the channels' slot, as go-redis knows it.
+func (s *redisSub) newPubSub(ctx context.Context) *redis.PubSub {
+	if s.sharded {
+		return s.r.c.SSubscribe(ctx, s.channels...)
+	}
+	return s.r.c.Subscribe(ctx, s.channels...)
+}
+
+// subscribed reports a confirmation of one of the channels.
+func subscribed(kind string) bool { return kind == "subscribe" || kind == "ssubscribe" }
 
 func (s *redisSub) closePS() {
 	s.mu.Lock()
@@ -193,7 +228,7 @@ func (s *redisSub) awaitSubscribed(ctx context.Context, early *[]*redis.Message)
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			if subscribed(m.Kind) {
 				confirmed++
 			}
 		case *redis.Message:
@@ -227,11 +262,12 @@ func (s *redisSub) run(early []*redis.Message) {
 				failing = nil
 			}
 			pinged, backoff = false, busBackoffMin
+			moved := false
 			switch m := msg.(type) {
 			case *redis.Message:
 				s.deliver(m)
 			case *redis.Subscription:
-				if lost && m.Kind == "subscribe" {
+				if lost && subscribed(m.Kind) {
 					if confirmed++; confirmed == len(s.channels) {
 						// Subscribed again: whatever was published
 						// meanwhile did not reach this node.
@@ -239,8 +275,14 @@ func (s *redisSub) run(early []*redis.Message) {
 						s.deliverLost()
 					}
 				}
+				// Redis unsubscribes sharded channels itself when their
+				// slot leaves the master (resharding, failover).
+				moved = m.Kind == "sunsubscribe"
 			}
-			continue
+			if !moved {
+				continue
+			}
+			err = errShardMoved
 		}
 		if isTimeout(err) && !pinged {
 			pinged = true
@@ -257,6 +299,11 @@ func (s *redisSub) run(early []*redis.Message) {
 			pinged = false
 		}
 		lost, confirmed = true, 0
+		if cc, ok := s.r.c.(*redis.ClusterClient); ok && s.sharded {
+			// The channels' master may have changed: go-redis reconnects
+			// to the one its slot map names.
+			cc.ReloadState(s.ctx)
+		}
 		if failing == nil {
 			s.r.log.Warn("bus subscription broken, reconnecting", "node", s.node, "err", err)
 		}
@@ -266,10 +313,12 @@ func (s *redisSub) run(early []*redis.Message) {
 		}
 		backoff = min(2*backoff, busBackoffMax)
 		var re redis.Error
-		if errors.As(err, &re) {
+		if errors.As(err, &re) || errors.Is(err, errShardMoved) {
 			// Redis answered with an error (e.g. NOPERM for a SUBSCRIBE
-			// refused after an ACL change): go-redis will not subscribe
-			// again by itself on a healthy connection, so start over.
+			// refused after an ACL change, MOVED for an SSUBSCRIBE to a
+			// former master) or unsubscribed us: go-redis will not
+			// subscribe again by itself on a healthy connection, so
+			// start over.
 			s.rebuild()
 		}
 	}
@@ -283,7 +332,7 @@ func (s *redisSub) rebuild() {
 		return
 	}
 	_ = s.ps.Close()
-	s.ps = s.r.c.Subscribe(s.ctx, s.channels...)
+	s.ps = s.newPubSub(s.ctx)
 }
 
 func (s *redisSub) deliver(m *redis.Message) {

@@ -38,8 +38,11 @@ package cluster
 //	                            key PEXPIRE ttl+slack
 //
 // Bus channels (not keys): P:bus:node:ID and P:bus:all. In Redis Cluster
-// every PUBLISH goes through the master of the slot of "{P:bus}", so that
-// one publisher's messages stay in order (see Redis.publish).
+// every classic PUBLISH goes through the master of the slot of "{P:bus}",
+// so that one publisher's messages stay in order (see Redis.publisher);
+// the sharded channels {TAG}:node:ID and {TAG}:all (TAG the hash tag of
+// node ID's bucket, see shardBus) take SPUBLISH. A node record written on
+// Redis Cluster also has bus=sharded.
 //
 // The per-user keys share one slot, so AppendInbox, ReadInbox and Ack are
 // single scripts; so do one room's keys, so a room append (seq, history,

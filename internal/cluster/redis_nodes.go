@@ -18,6 +18,7 @@ func (r *Redis) RegisterNode(ctx context.Context, n NodeInfo) error {
 		r.mu.Lock()
 		r.registered[n.ID] = true
 		r.mu.Unlock()
+		r.refreshBusMode(ctx)
 	}
 	return err
 }
@@ -35,6 +36,7 @@ func (r *Redis) Heartbeat(ctx context.Context, n NodeInfo) (bool, error) {
 	lost := !existed && r.registered[n.ID]
 	r.registered[n.ID] = true
 	r.mu.Unlock()
+	r.refreshBusMode(ctx)
 	return lost, nil
 }
 
@@ -43,6 +45,7 @@ func (r *Redis) putNode(ctx context.Context, op string, n NodeInfo) (existed boo
 		n.Heartbeat = time.Now().UnixMilli()
 	}
 	args := append([]any{r.opt.NodeTTL.Milliseconds(), n.ID}, encodeNode(n)...)
+	args = append(args, r.nodeBusField()...)
 	keys := []string{r.k.node(n.ID), r.k.nodeIndex()}
 	// Not idempotent: a repeat after a lost reply would hide "lost".
 	err = r.do(ctx, op, false, func(ctx context.Context) error {

@@ -22,7 +22,7 @@ var prefixSeq atomic.Int64
 
 // newRedis returns a backend on url with a key prefix of its own, closed
 // at t's cleanup.
-func newRedis(t *testing.T, url string, edit ...func(*cluster.RedisOptions)) *cluster.Redis {
+func newRedis(t testing.TB, url string, edit ...func(*cluster.RedisOptions)) *cluster.Redis {
 	t.Helper()
 	opt := cluster.RedisOptions{
 		URL:    url,
@@ -63,7 +63,7 @@ func TestRedisSentinel(t *testing.T) {
 	})
 }
 
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -17,6 +18,21 @@ var busTests = []subtest{
 	{"Broadcast", testBusBroadcast},
 	{"PayloadIntactAndOrdered", testBusPayload},
 	{"StopsWhenContextEnds", testBusStop},
+	{"OrderPerPublisherUnderLoad", testBusOrderUnderLoad},
+	{"ManyNodes", testBusManyNodes},
+}
+
+// RunBus runs the bus subtests alone (as Run does), e.g. against a Redis
+// backend in a mode that Run's backends do not use.
+func RunBus(t *testing.T, newBackend func(t *testing.T) cluster.Backend) {
+	for _, st := range busTests {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBackend(t)
+			t.Cleanup(func() { _ = b.Close() })
+			st.run(t, b)
+		})
+	}
 }
 
 func subscribe(t *testing.T, b cluster.Backend, node string) *recorder {
@@ -119,4 +135,115 @@ func testBusStop(t *testing.T, b cluster.Backend) {
 	must(t, b.Broadcast(ctx, []byte("after-all")))
 	checkMsgs(t, "live subscription", live.await(t, "live subscription", 3), "before", "after", "after-all")
 	checkMsgs(t, "cancelled subscription", stopped.got(), "before")
+}
+
+// Several publishers send concurrently to several nodes, with Send,
+// SendEach and Broadcast mixed: each node gets, from each publisher,
+// exactly what it was sent, in the order sent.
+func testBusOrderUnderLoad(t *testing.T, b cluster.Backend) {
+	const (
+		publishers = 4
+		nodes      = 5
+		perPub     = 300
+	)
+	ctx := ctxFor(t)
+	subs := make([]*recorder, nodes)
+	names := make([]string, nodes)
+	for i := range subs {
+		names[i] = fmt.Sprintf("N%d", i)
+		subs[i] = subscribe(t, b, names[i])
+	}
+	// want[p][n]: what publisher p sent node n, in order.
+	want := make([][][]string, publishers)
+	errs := make(chan error, publishers)
+	for p := range publishers {
+		want[p] = make([][]string, nodes)
+		go func() {
+			errs <- func() error {
+				for i := 0; i < perPub; i++ {
+					msg := fmt.Sprintf("p%d:%d", p, i)
+					switch {
+					case i%25 == 0:
+						for n := range nodes {
+							want[p][n] = append(want[p][n], msg)
+						}
+						if err := b.Broadcast(ctx, []byte(msg)); err != nil {
+							return err
+						}
+					case i%5 == 0:
+						// One SendEach: a message to each of two nodes, then
+						// a second one to the first.
+						n1, n2 := i%nodes, (i+1)%nodes
+						want[p][n1] = append(want[p][n1], msg+"a", msg+"c")
+						want[p][n2] = append(want[p][n2], msg+"b")
+						if err := b.SendEach(ctx, []cluster.BusMessage{
+							{Node: names[n1], Payload: []byte(msg + "a")},
+							{Node: names[n2], Payload: []byte(msg + "b")},
+							{Node: names[n1], Payload: []byte(msg + "c")},
+						}); err != nil {
+							return err
+						}
+					default:
+						n := (i * (p + 1)) % nodes
+						want[p][n] = append(want[p][n], msg)
+						if err := b.Send(ctx, []string{names[n]}, []byte(msg)); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range publishers {
+		must(t, <-errs)
+	}
+	for n, r := range subs {
+		total := 0
+		for p := range publishers {
+			total += len(want[p][n])
+		}
+		got := r.await(t, names[n]+" gets everything", total)
+		for p := range publishers {
+			var mine []string
+			for _, m := range got {
+				if strings.HasPrefix(m, fmt.Sprintf("p%d:", p)) {
+					mine = append(mine, m)
+				}
+			}
+			if !slices.Equal(mine, want[p][n]) {
+				t.Fatalf("%s got %d messages of publisher %d, want the %d sent in order; first difference at %d",
+					names[n], len(mine), p, len(want[p][n]), firstDiff(mine, want[p][n]))
+			}
+		}
+	}
+}
+
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// Many nodes (their channels spread over every shard of a Redis
+// Cluster): each gets its own message and each broadcast once, nothing
+// of another node's.
+func testBusManyNodes(t *testing.T, b cluster.Backend) {
+	const nodes = 48
+	ctx := ctxFor(t)
+	subs := make([]*recorder, nodes)
+	for i := range subs {
+		subs[i] = subscribe(t, b, fmt.Sprintf("node-%d", i))
+	}
+	must(t, b.Broadcast(ctx, []byte("all-1")))
+	for i := range subs {
+		must(t, b.Send(ctx, []string{fmt.Sprintf("node-%d", i)}, []byte(fmt.Sprintf("to-%d", i))))
+	}
+	must(t, b.Broadcast(ctx, []byte("all-2")))
+	for i, r := range subs {
+		checkMsgs(t, fmt.Sprintf("node-%d", i), r.await(t, fmt.Sprintf("node-%d", i), 3), "all-1", fmt.Sprintf("to-%d", i), "all-2")
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,10 +14,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ClusterServers is a Redis Cluster of three masters without replicas.
+// ClusterServers is a Redis Cluster of three masters, without replicas
+// (Cluster) or with one each (ClusterWithReplicas).
 type ClusterServers struct {
 	t       testing.TB
-	Servers []*Server
+	Servers []*Server // the masters, as created
+	// Replicas[i] replicates Servers[i] (ClusterWithReplicas only).
+	Replicas []*Server
 }
 
 // Cluster starts three cluster-enabled servers, joins them with
@@ -24,10 +28,72 @@ type ClusterServers struct {
 // cluster_state:ok.
 func Cluster(t testing.TB) *ClusterServers {
 	t.Helper()
+	return startCluster(t, 0)
+}
+
+// ClusterWithReplicas is Cluster with one replica per master, for
+// failovers (cluster-node-timeout 3 s): it waits until every replica is
+// in sync with its master.
+func ClusterWithReplicas(t testing.TB) *ClusterServers {
+	t.Helper()
+	c := startCluster(t, 1)
+	all := c.Servers
+	c.Servers = nil
+	byPort := map[int]*Server{}
+	for _, s := range all {
+		byPort[s.Port] = s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	masterOf := map[*Server]int{}
+	deadline := time.Now().Add(readyTimeout)
+	for _, s := range all {
+		for {
+			info, err := s.Client().Info(ctx, "replication").Result()
+			if err == nil && strings.Contains(info, "role:master") {
+				c.Servers = append(c.Servers, s)
+				break
+			}
+			if err == nil && strings.Contains(info, "master_link_status:up") {
+				for _, line := range strings.Split(info, "\r\n") {
+					if v, ok := strings.CutPrefix(line, "master_port:"); ok {
+						port, _ := strconv.Atoi(v)
+						masterOf[s] = port
+					}
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster node %s neither master nor synced replica after %s: %v\n%s", s.Addr(), readyTimeout, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if len(c.Servers) != len(all)/2 {
+		t.Fatalf("redistest: %d masters among %d nodes", len(c.Servers), len(all))
+	}
+	c.Replicas = make([]*Server, len(c.Servers))
+	for r, port := range masterOf {
+		for i, m := range c.Servers {
+			if m.Port == port {
+				c.Replicas[i] = r
+			}
+		}
+	}
+	for i, r := range c.Replicas {
+		if r == nil {
+			t.Fatalf("redistest: master %s has no replica", c.Servers[i].Addr())
+		}
+	}
+	return c
+}
+
+func startCluster(t testing.TB, replicas int) *ClusterServers {
+	t.Helper()
 	cli := binary(t, "REDIS_CLI", "redis-cli")
 	root := t.TempDir()
 	c := &ClusterServers{t: t}
-	for i := range 3 {
+	for i := range 3 * (1 + replicas) {
 		dir := filepath.Join(root, fmt.Sprintf("n%d", i))
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -41,7 +107,7 @@ func Cluster(t testing.TB) *ClusterServers {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, c.addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, tail(string(out), 3000))
 	}
@@ -50,7 +116,7 @@ func Cluster(t testing.TB) *ClusterServers {
 		for {
 			info, err := s.Client().ClusterInfo(ctx).Result()
 			if err == nil && strings.Contains(info, "cluster_state:ok") &&
-				strings.Contains(info, "cluster_slots_ok:16384") && strings.Contains(info, "cluster_known_nodes:3") {
+				strings.Contains(info, "cluster_slots_ok:16384") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.Servers))) {
 				break
 			}
 			if time.Now().After(deadline) {
