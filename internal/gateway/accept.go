@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gobwas/httphead"
 	"github.com/gobwas/ws"
 	"golang.org/x/sys/unix"
 
@@ -368,6 +369,9 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 		h.refuseLocked(f)
 		return
 	}
+	if adm.deflate {
+		resp = with101Extension(resp)
+	}
 	initial := append([]byte(nil), rest...)
 	fd, tok := h.fd, h.tok
 	setup := func() { n.establishOwn(fd, tok, adm, resp, initial) }
@@ -519,6 +523,12 @@ func parseUpgrade(req []byte) (wsRequest, []byte, error) {
 		},
 		// Only wsgate.v1 is ever selected; a bearer.<jwt> entry is read
 		// for the token and never echoed back.
+		// Read here, judged by admit (acceptsDeflate): an offer is
+		// declined, never a reason to refuse the handshake.
+		ExtensionCustom: func(v []byte, opts []httphead.Option) ([]httphead.Option, bool) {
+			r.exts = append(r.exts, append([]byte(nil), v...))
+			return opts, true
+		},
 		ProtocolCustom: func(v []byte) (string, bool) {
 			r.protocols = append(r.protocols, string(v))
 			for p := range bytes.SplitSeq(v, []byte{','}) {
