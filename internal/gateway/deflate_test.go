@@ -80,8 +80,8 @@ func dialZClaims(t testing.TB, addr, user string, claims map[string]any, ext str
 		frames: make(chan zFrame, 1024), closed: make(chan struct{})}
 	go c.readLoop()
 	t.Cleanup(func() { nc.Close(); <-c.closed })
-	if f := c.next(); !strings.Contains(string(f.payload), `"welcome"`) {
-		t.Fatalf("first frame %q", f.payload)
+	if f := c.next(); !strings.Contains(string(f.payload), `"welcome"`) || f.rsv1 {
+		t.Fatalf("first frame %q (RSV1 %v): want a welcome, under 512 bytes, uncompressed", f.payload, f.rsv1)
 	}
 	return c
 }
@@ -250,6 +250,31 @@ func TestDeflateMatrix(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDeflateReplay: frames built for one connection (here the replay of
+// the inbox on connect) follow the same rule: compressed from 512 bytes
+// on a deflate connection, plain under it.
+func TestDeflateReplay(t *testing.T) {
+	n := startNode(t, nil)
+	big, small := jsonData(2048), json.RawMessage(`{"small":1}`)
+	for _, d := range []json.RawMessage{big, small} {
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "r"}, Event: "stored", Data: d, Reliable: true})
+	}
+	for _, offer := range []string{chromeOffer, ""} {
+		c := dialZ(t, n.addr, "r", offer, nil)
+		for _, d := range []json.RawMessage{big, small} {
+			f := c.expect(`"event":"stored"`)
+			var m protocol.Message
+			if err := json.Unmarshal(f.payload, &m); err != nil || !bytes.Equal(m.Data, d) {
+				t.Fatalf("replayed %q (%v)", f.payload, err)
+			}
+			if want := offer != "" && len(f.payload) >= wsframe.MinCompressSize; f.rsv1 != want {
+				t.Fatalf("offer %q: a replayed message of %d bytes with RSV1 %v", offer, len(f.payload), f.rsv1)
+			}
+		}
+		c.conn.Close()
 	}
 }
 
