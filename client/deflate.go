@@ -51,3 +51,6 @@ func (c *Conn) inflate(z []byte) ([]byte, error) {
 	c.msg = p // released with the message, as a large one is
 	return p, nil
 }
+
+// Compressed reports whether the connection negotiated permessage-deflate.
+func (c *Conn) Compressed() bool { return c.deflate }

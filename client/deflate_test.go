@@ -76,8 +76,8 @@ func TestCompression(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if client.Deflated(c) != on {
-			t.Fatalf("Compression %v: negotiated %v", on, client.Deflated(c))
+		if c.Compressed() != on {
+			t.Fatalf("Compression %v: negotiated %v", on, c.Compressed())
 		}
 		before := compressedBytes(t, n)
 		for i, data := range []string{`{"small":true}`, `{"big":"` + strings.Repeat("wsgate ", 600) + `"}`} {

@@ -15,6 +15,3 @@ func HoldsReadBuffer(c *Conn) bool { return c.rb != nil }
 // ExpireReadDeadline sets c's read deadline in the past, as if its idle
 // deadline had fired while nobody was reading.
 func ExpireReadDeadline(c *Conn) { c.nc.SetReadDeadline(time.Unix(1, 0)) }
-
-// Deflated reports whether c negotiated permessage-deflate.
-func Deflated(c *Conn) bool { return c.deflate }
