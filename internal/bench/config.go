@@ -58,7 +58,7 @@ type Config struct {
 	Inflight   int           // --inflight: publish requests in flight
 	Size       int           // --size: bytes of each message's data
 	Fill       string        // --fill: padding of the data, FillX or FillText
-	Compress   bool          // --compression: offer permessage-deflate
+	Compress   bool          // --deflate: offer permessage-deflate
 	Reliable   bool          // --reliable (push only)
 	Class      string        // --class: realtime, chat or notify
 	Format     protocol.Format
@@ -123,7 +123,7 @@ func newSet(s *settings) *config.Set {
 	set.Bool(&s.reliable, "reliable", false, "push: publish reliable messages (per-user seq, acknowledged by the bench)")
 	set.Int(&s.size, "size", 100, "bytes of each message's data (at least ~60: the data carries index, run and timestamp)")
 	set.String(&s.fill, "fill", FillX, "padding of each message's data up to --size: x (a run of x) or text (varied words and numbers, which compress like real JSON text)")
-	set.Bool(&s.compression, "compression", false, "offer permessage-deflate on every connection (the node compresses frames of 512 bytes and more when WSGATE_COMPRESSION is on)")
+	set.Bool(&s.compression, "deflate", false, "offer permessage-deflate on every connection (the node compresses frames of 512 bytes and more when WSGATE_COMPRESSION is on)")
 	set.Duration(&s.settle, "settle", 8*time.Second, "connect: time to wait before measuring; others: longest wait for late messages and for the nodes to return to their baseline")
 	set.Int(&s.users, "users", 0, "distinct users bench-0..bench-<users-1> (connection n is user n mod users); 0 = one per connection")
 	set.Int(&s.rooms, "rooms", 10, "room: number of rooms (user n joins room n mod rooms)")
