@@ -109,9 +109,13 @@ type compressor struct {
 	buf bytes.Buffer
 }
 
+// compressors run at flate.BestSpeed: on a 2 KB JSON message
+// (BenchmarkDeflateFrame) it took 15-19 us against 31-36 us for the
+// default level, for an output about 10 % larger. A broadcast pays it once,
+// but a replay pays it per connection.
 var compressors = sync.Pool{New: func() any {
 	c := &compressor{}
-	c.w, _ = flate.NewWriter(&c.buf, flate.DefaultCompression) // never fails for a valid level
+	c.w, _ = flate.NewWriter(&c.buf, flate.BestSpeed) // never fails for a valid level
 	return c
 }}
 

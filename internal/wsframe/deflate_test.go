@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -201,4 +202,38 @@ func FuzzInflate(f *testing.F) {
 			t.Fatalf("round trip of %d bytes: %v", len(z), err)
 		}
 	})
+}
+
+// BenchmarkDeflateFrame: one 2 KB JSON message compressed into a frame
+// (what a broadcast pays once, whatever its number of recipients).
+func BenchmarkDeflateFrame(b *testing.B) {
+	msg := benchJSON(2048)
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	for b.Loop() {
+		DeflateFrame(OpText, msg)
+	}
+}
+
+// BenchmarkInflate: the same message inflated (a client message, or the
+// receiving side).
+func BenchmarkInflate(b *testing.B) {
+	msg := benchJSON(2048)
+	z := AppendDeflate(nil, msg)
+	dst := make([]byte, 0, 4096)
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := AppendInflate(dst[:0], z, 1<<20); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchJSON(n int) []byte {
+	var b []byte
+	for i := 0; len(b) < n; i++ {
+		b = append(b, fmt.Sprintf(`{"id":%d,"name":"item-%d","price":%d.%02d,"tags":["a","b%d"]},`, i, i*7919%1000, i*31%500, i%100, i%13)...)
+	}
+	return b[:n]
 }
