@@ -479,6 +479,16 @@ func TestDeflateIdleState(t *testing.T) {
 			}
 		}
 	}
+	// The one bit of state costs no byte: conn is as large without it.
+	var fields []reflect.StructField
+	for i, typ := 0, reflect.TypeOf(conn{}); i < typ.NumField(); i++ {
+		if f := typ.Field(i); f.Name != "deflate" {
+			fields = append(fields, reflect.StructField{Name: fmt.Sprintf("F%d", i), Type: f.Type})
+		}
+	}
+	if with, without := reflect.TypeOf(conn{}).Size(), reflect.StructOf(fields).Size(); with != without {
+		t.Fatalf("conn is %d bytes, %d without its deflate bit", with, without)
+	}
 	n := startNode(t, nil)
 	z := dialZ(t, n.addr, "idle", chromeOffer, nil)
 	z.write(true, true, wsframe.OpText, wsframe.AppendDeflate(nil, []byte(`{"type":"ping","ts":1,"pad":"`+strings.Repeat("p", 2000)+`"}`)))
