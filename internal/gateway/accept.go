@@ -521,14 +521,14 @@ func parseUpgrade(req []byte) (wsRequest, []byte, error) {
 			}
 			return nil
 		},
-		// Only wsgate.v1 is ever selected; a bearer.<jwt> entry is read
-		// for the token and never echoed back.
 		// Read here, judged by admit (acceptsDeflate): an offer is
 		// declined, never a reason to refuse the handshake.
 		ExtensionCustom: func(v []byte, opts []httphead.Option) ([]httphead.Option, bool) {
 			r.exts = append(r.exts, append([]byte(nil), v...))
 			return opts, true
 		},
+		// Only wsgate.v1 is ever selected; a bearer.<jwt> entry is read
+		// for the token and never echoed back.
 		ProtocolCustom: func(v []byte) (string, bool) {
 			r.protocols = append(r.protocols, string(v))
 			for p := range bytes.SplitSeq(v, []byte{','}) {

@@ -308,7 +308,8 @@ func (c *conn) sendError(code, msg string) {
 	}
 }
 
-// dataFrame wraps an encoded object in a text (JSON) or binary frame.
+// dataFrame wraps an encoded object in a text (JSON) or binary frame,
+// compressed on a deflate connection when it is large enough.
 func (c *conn) dataFrame(b []byte) []byte {
 	op := byte(wsframe.OpText)
 	if c.format == protocol.MsgPack {
