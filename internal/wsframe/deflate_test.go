@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gobwas/httphead"
+	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsflate"
 )
 
@@ -236,4 +237,31 @@ func benchJSON(n int) []byte {
 		b = append(b, fmt.Sprintf(`{"id":%d,"name":"item-%d","price":%d.%02d,"tags":["a","b%d"]},`, i, i*7919%1000, i*31%500, i%100, i%13)...)
 	}
 	return b[:n]
+}
+
+// FuzzParseHeaderDeflate checks the permessage-deflate variant against
+// gobwas/ws and its wsflate bit rules: whenever we accept a header, gobwas
+// reads the same fields, RSV1 included, and wsflate agrees that the bit is
+// allowed on that frame.
+func FuzzParseHeaderDeflate(f *testing.F) {
+	f.Add([]byte{0xc1, 0x85, 1, 2, 3, 4, 0, 0, 0, 0, 0})
+	f.Add([]byte{0xc9, 0x80, 1, 2, 3, 4})
+	f.Add([]byte{0x41, 0xfe, 0x01, 0x00, 1, 2, 3, 4})
+	f.Add([]byte{0xe1, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, size, err := ParseHeaderDeflate(b, false)
+		if err != nil || size == 0 {
+			return
+		}
+		gh, gerr := ws.ReadHeader(bytes.NewReader(b))
+		if gerr != nil {
+			t.Fatalf("we accepted %x (size %d) but gobwas: %v", b, size, gerr)
+		}
+		if gh.Fin != h.Fin || byte(gh.OpCode) != h.OpCode || gh.Masked != h.Masked || gh.Length != h.Length || gh.Rsv1() != h.Rsv1 {
+			t.Fatalf("disagreement on %x: ours %+v gobwas %+v", b[:size], h, gh)
+		}
+		if _, err := wsflate.IsCompressed(gh); err != nil {
+			t.Fatalf("we accepted RSV1 on %x, wsflate: %v", b[:size], err)
+		}
+	})
 }
