@@ -120,7 +120,7 @@ func (n *Node) compressFrame(op byte, payload []byte) []byte {
 	return wsframe.DeflateFrame(op, payload)
 }
 
-// countCompressed counts one compressed frame queued for a connection.
+// countCompressed counts one compressed frame prepared for a connection.
 func (n *Node) countCompressed(raw int, fr []byte) {
 	n.metrics.UncompressedBytes.Add(float64(raw))
 	n.metrics.CompressedBytes.Add(float64(payloadLen(fr)))
