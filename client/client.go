@@ -300,6 +300,7 @@ func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error)
 		WriteTimeout:     c.cfg.WriteTimeout,
 		IdleTimeout:      c.cfg.IdleTimeout,
 		ReadBufferSize:   c.cfg.ReadBufferSize,
+		Compression:      c.cfg.Compression,
 		Since:            c.since(),
 		Device:           c.cfg.Device,
 		RoomSince:        c.RoomSeqs(),

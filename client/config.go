@@ -110,6 +110,9 @@ type Config struct {
 	// LocalAddr is the source IP of the dials (load tests spread connections
 	// over several source IPs to pass the ephemeral-port limit).
 	LocalAddr string
+	// Compression offers permessage-deflate on every dial (default off;
+	// see DialOptions.Compression).
+	Compression bool
 	// ReadBufferSize is the read buffer of each connection (default
 	// DefaultReadBufferSize; see DialOptions.ReadBufferSize). It is borrowed
 	// from a pool while bytes wait to be parsed, so an idle client holds

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -48,12 +49,14 @@ type Conn struct {
 	idleTimeout  time.Duration
 	maxMsg       int64
 	bufSize      int
+	deflate      bool // permessage-deflate negotiated (deflate.go)
 
 	// Reader state (the reading goroutine only).
 	rb        *[]byte // read buffer, nil when it holds nothing
 	rr, rw    int     // unread bytes: (*rb)[rr:rw]
 	msg       []byte  // message assembled from fragments, or too large for rb
 	fragOp    byte    // opcode of the fragmented message in progress; 0: none
+	fragZ     bool    // the fragmented message in progress is compressed
 	readFn    func(fd uintptr) bool
 	rdst      []byte // rawRead: destination, nil = the read buffer
 	rn        int    // rawRead: bytes read
@@ -159,6 +162,10 @@ func (c *Conn) WriteFrame(f *protocol.ClientFrame) error {
 	op := ws.OpText
 	if c.format == protocol.MsgPack {
 		op = ws.OpBinary
+	}
+	if c.deflate && len(p) >= wsframe.MinCompressSize {
+		// RSV1 rides in the first header byte with the opcode.
+		return c.write(op|rsv1, wsframe.AppendDeflate(nil, p), false)
 	}
 	return c.write(op, p, false)
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gobwas/httphead"
 	"github.com/gobwas/ws"
 
 	"github.com/wsgate/wsgate/protocol"
@@ -46,6 +47,12 @@ type DialOptions struct {
 	IdleTimeout time.Duration
 	// MaxMessageBytes bounds one server message (default 16 MiB).
 	MaxMessageBytes int64
+	// Compression offers permessage-deflate without context takeover
+	// (default off). When the server accepts, messages of 512 bytes and
+	// more are sent compressed and compressed server messages are
+	// inflated, within MaxMessageBytes. No compression state stays with
+	// the connection between messages.
+	Compression bool
 	// ReadBufferSize is the size of the connection's read buffer (default
 	// DefaultReadBufferSize, 4 KiB; rounded up to a power of two between
 	// 256 B and 1 MiB). The buffer is borrowed from a pool while bytes
@@ -109,8 +116,11 @@ func Dial(ctx context.Context, rawURL string, opts DialOptions) (*Conn, *Welcome
 	if len(h) > 0 {
 		d.Header = ws.HandshakeHeaderHTTP(h)
 	}
+	if opts.Compression {
+		d.Extensions = []httphead.Option{deflateOffer()}
+	}
 
-	nc, br, _, err := d.Dial(ctx, target)
+	nc, br, hs, err := d.Dial(ctx, target)
 	if err != nil {
 		if refusal != nil {
 			return nil, nil, refusal
@@ -122,6 +132,10 @@ func Dial(ctx context.Context, rawURL string, opts DialOptions) (*Conn, *Welcome
 		return nil, nil, fmt.Errorf("wsgate: dial %s: %w", rawURL, err)
 	}
 	c := newConn(nc, br, opts)
+	if c.deflate, err = deflateAccepted(hs.Extensions); err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("wsgate: dial %s: %w", rawURL, err)
+	}
 	w, err := c.readWelcome(ctx, deadline)
 	if err != nil {
 		c.Close()

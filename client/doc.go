@@ -34,4 +34,8 @@
 // returns a message's payload without decoding it (no copy, no
 // allocation), for protocol.PeekServer; Conn.Detach hands the socket to
 // the caller's own event loop.
+//
+// With Config.Compression (or DialOptions.Compression) the client offers
+// permessage-deflate without context takeover; it is off by default, as
+// a server-side client usually has bandwidth to spare and counts CPU.
 package client

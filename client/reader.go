@@ -103,10 +103,15 @@ func (c *Conn) ReadRaw() (format protocol.Format, payload []byte, err error) {
 			if err != nil {
 				return 0, nil, c.readErr(err)
 			}
+			if h.Rsv1 {
+				if p, err = c.inflate(p); err != nil {
+					return 0, nil, c.readErr(err)
+				}
+			}
 			return formatOf(h.OpCode), p, nil
 		}
 		if c.fragOp == 0 {
-			c.fragOp = h.OpCode
+			c.fragOp, c.fragZ = h.OpCode, h.Rsv1
 			c.msg = make([]byte, 0, min(h.Length, preallocLimit))
 		}
 		p, err := c.framePayload(hs, int(h.Length))
@@ -117,6 +122,11 @@ func (c *Conn) ReadRaw() (format protocol.Format, payload []byte, err error) {
 		if h.Fin {
 			op := c.fragOp
 			c.fragOp = 0
+			if c.fragZ {
+				if c.msg, err = c.inflate(c.msg); err != nil {
+					return 0, nil, c.readErr(err)
+				}
+			}
 			return formatOf(op), c.msg, nil
 		}
 	}
@@ -137,7 +147,11 @@ func (c *Conn) nextHeader() (size int, h wsframe.Header, err error) {
 			if b[1]&0x80 != 0 {
 				return 0, h, errMaskedFrame
 			}
-			h, size, err = wsframe.ParseHeader(b, false)
+			if c.deflate {
+				h, size, err = wsframe.ParseHeaderDeflate(b, false)
+			} else {
+				h, size, err = wsframe.ParseHeader(b, false)
+			}
 			if err != nil || size > 0 {
 				return size, h, err
 			}

@@ -57,6 +57,8 @@ type Config struct {
 	Ramp       float64       // --ramp: connections opened per second (0 = no pacing)
 	Inflight   int           // --inflight: publish requests in flight
 	Size       int           // --size: bytes of each message's data
+	Fill       string        // --fill: padding of the data, FillX or FillText
+	Compress   bool          // --deflate: offer permessage-deflate
 	Reliable   bool          // --reliable (push only)
 	Class      string        // --class: realtime, chat or notify
 	Format     protocol.Format
@@ -80,6 +82,8 @@ type settings struct {
 	sourceIPs, class, format       string
 	conns, users, rooms, inflight  int
 	size                           int
+	fill                           string
+	compression                    bool
 	rate, ramp                     float64
 	duration, settle               time.Duration
 	reliable, quiet                bool
@@ -118,6 +122,8 @@ func newSet(s *settings) *config.Set {
 	set.String(&s.htmlFile, "html", "", "write a self-contained HTML report (inline SVG charts) to this file")
 	set.Bool(&s.reliable, "reliable", false, "push: publish reliable messages (per-user seq, acknowledged by the bench)")
 	set.Int(&s.size, "size", 100, "bytes of each message's data (at least ~60: the data carries index, run and timestamp)")
+	set.String(&s.fill, "fill", FillX, "padding of each message's data up to --size: x (a run of x) or text (varied words and numbers, which compress like real JSON text)")
+	set.Bool(&s.compression, "deflate", false, "offer permessage-deflate on every connection (the node compresses frames of 512 bytes and more when WSGATE_COMPRESSION is on)")
 	set.Duration(&s.settle, "settle", 8*time.Second, "connect: time to wait before measuring; others: longest wait for late messages and for the nodes to return to their baseline")
 	set.Int(&s.users, "users", 0, "distinct users bench-0..bench-<users-1> (connection n is user n mod users); 0 = one per connection")
 	set.Int(&s.rooms, "rooms", 10, "room: number of rooms (user n joins room n mod rooms)")
@@ -140,7 +146,7 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Scenario: scenario, URLs: s.url, Allocator: strings.TrimRight(s.allocator, "/"),
 		API: s.api, APIKey: s.apiKey, JWTSecret: s.jwtSecret, Metrics: s.metrics,
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
-		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Reliable: s.reliable,
+		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Fill: s.fill, Compress: s.compression, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
 		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin,
 	}
@@ -276,6 +282,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--inflight must be between 1 and 1024, got %d", c.Inflight)
 	case c.Size < 0 || c.Size > 1<<20:
 		return fmt.Errorf("--size must be between 0 and 1048576, got %d", c.Size)
+	case c.Fill != FillX && c.Fill != FillText:
+		return fmt.Errorf("--fill must be %s or %s, got %q", FillX, FillText, c.Fill)
 	case c.Class != "realtime" && c.Class != "chat" && c.Class != "notify":
 		return fmt.Errorf("--class must be realtime, chat or notify, got %q", c.Class)
 	case c.Spin < 0 || c.Spin > time.Second:

@@ -71,6 +71,8 @@ type wsConn struct {
 	lastRead atomic.Int64  // Unix ns of the last input
 	format   protocol.Format
 	fragOp   byte   // opcode of the fragmented message being assembled; 0: none
+	deflate  bool   // permessage-deflate negotiated
+	fragZ    bool   // the fragmented message is compressed
 	got      bool   // a message arrived (the connection was healthy)
 	started  bool   // pending was handled
 	ended    bool   // end ran
@@ -106,7 +108,7 @@ func (s *slot) newLoopConn(cc *client.Conn, w *client.Welcome) (*wsConn, error) 
 		return nil, err
 	}
 	c := &wsConn{
-		s: s, format: cc.Format(), fd: fd, start: time.Now(),
+		s: s, format: cc.Format(), deflate: cc.Compressed(), fd: fd, start: time.Now(),
 		done:    make(chan readResult, 1),
 		pending: buffered,
 		mask:    ws.NewMask(),
@@ -219,7 +221,7 @@ func frameNeed(b []byte) int {
 	if len(b) == 0 {
 		return 0
 	}
-	h, size, err := wsframe.ParseHeader(b, false)
+	h, size, err := parseHeader(b, true) // RSV1 or not, the length is the same
 	if err != nil || size == 0 || h.Length > maxLoopMessage {
 		return len(b) + 1 // errors surface when the frame is parsed
 	}
@@ -266,7 +268,7 @@ func (c *wsConn) frames(b []byte) int {
 			c.end(1006)
 			break
 		}
-		h, size, err := wsframe.ParseHeader(f, false)
+		h, size, err := parseHeader(f, c.deflate)
 		if err != nil || h.Length > maxLoopMessage {
 			c.end(1006)
 			break
@@ -308,17 +310,17 @@ func (c *wsConn) frame(h wsframe.Header, p []byte) {
 		return
 	}
 	if h.Fin && c.fragOp == 0 {
-		c.message(h.OpCode, p)
+		c.messageZ(h.OpCode, h.Rsv1, p)
 		return
 	}
 	if c.fragOp == 0 {
-		c.fragOp = h.OpCode
+		c.fragOp, c.fragZ = h.OpCode, h.Rsv1
 	}
 	c.msg = append(c.msg, p...)
 	if h.Fin {
 		op, m := c.fragOp, c.msg
 		c.fragOp, c.msg = 0, nil
-		c.message(op, m)
+		c.messageZ(op, c.fragZ, m)
 	}
 }
 

@@ -197,7 +197,11 @@ func (r *runner) appendPublish(dst []byte, m pubMsg, now int64) []byte {
 		dst = append(dst, `,"reliable":true`...)
 	}
 	dst = append(dst, `,"data":`...)
+	start := len(dst)
 	dst = appendData(dst, r.runID, m.st.id, m.idx, now, r.cfg.Size)
+	if r.cfg.Fill == FillText {
+		fillText(dst[start:], m.idx)
+	}
 	return append(dst, '}')
 }
 

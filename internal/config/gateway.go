@@ -43,6 +43,7 @@ type Gateway struct {
 	HandshakeRatePerIP float64 // per second, 0 = no limit
 	MessageRate        float64 // client frames per second per connection, 0 = no limit
 	DevicePolicy       string  // DeviceMulti or DeviceSingle
+	Compression        string  // "on": permessage-deflate when the client offers it; "off": never
 
 	UpstreamURL    string // where send frames and events go (contract section 13); empty = none
 	UpstreamSecret string // HMAC-SHA256 key of webhook and rpc bodies
@@ -168,6 +169,8 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Float(&c.MessageRate, "message-rate", 0, "client frames per second per connection, burst = rate (0 = no limit)")
 	s.String(&c.DevicePolicy, "device-policy", DeviceMulti, "multi: a user may hold many connections; "+
 		"single: a new connection replaces the user's older ones cluster-wide")
+	s.String(&c.Compression, "compression", "on", "on: permessage-deflate (no context takeover) when the client offers it, "+
+		"for frames of 512 bytes and more; off: never negotiated")
 	s.String(&c.UpstreamURL, "upstream-url", "", "where client send frames and events go: redis://host:port/db?stream=NAME, "+
 		"nats://host:port?subject=S&stream=N, kafka://b1:9092,b2:9092/TOPIC or an http(s):// webhook; empty = send refused").
 		SecretURL()
@@ -200,6 +203,9 @@ func registerGateway(s *Set, c *Gateway) {
 		"(the profiler is also on the admin listener, and without one on the listen address for loopback peers)")
 	s.Bool(&c.Dev, "dev", false, "dev mode (set by the dev subcommand)").Hide()
 }
+
+// CompressionOn reports whether permessage-deflate is negotiated.
+func (c *Gateway) CompressionOn() bool { return c.Compression == "on" }
 
 // Finish fills the defaults that depend on other settings or on the
 // machine; call it after Load and before Validate. NodeID becomes

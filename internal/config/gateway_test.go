@@ -40,6 +40,7 @@ var contractDefaults = map[string]string{
 	"WSGATE_HANDSHAKE_RATE_PER_IP": "0",
 	"WSGATE_MESSAGE_RATE":          "0",
 	"WSGATE_DEVICE_POLICY":         "multi",
+	"WSGATE_COMPRESSION":           "on",
 	"WSGATE_UPSTREAM_URL":          "",
 	"WSGATE_UPSTREAM_SECRET":       "",
 	"WSGATE_RPC_URL":               "",
@@ -78,7 +79,7 @@ func TestGatewayDefaults(t *testing.T) {
 	}
 	want := Gateway{
 		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{}, Events: []string{},
-		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, MaxRoomsPerUser: 1000, DevicePolicy: "multi",
+		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, MaxRoomsPerUser: 1000, DevicePolicy: "multi", Compression: "on",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
 		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
 		DrainRate: 500, HeartbeatInterval: 2 * time.Second, LogLevel: "info",

@@ -54,6 +54,7 @@ func (c *Gateway) Validate() error {
 	v.rate("handshake-rate-per-ip", c.HandshakeRatePerIP)
 	v.rate("message-rate", c.MessageRate)
 	v.oneOf("device-policy", c.DevicePolicy, DeviceMulti, DeviceSingle)
+	v.oneOf("compression", c.Compression, "on", "off")
 	if c.UpstreamURL != "" && v.ok() {
 		if err := upstream.Check(c.UpstreamURL); err != nil {
 			v.failf("%s: %v", EnvName("upstream-url"), err)

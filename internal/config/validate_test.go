@@ -85,6 +85,8 @@ func TestGatewayValidate(t *testing.T) {
 		{"message rate", func(c *Gateway) { c.MessageRate = -1 }, "WSGATE_MESSAGE_RATE (-1) must not be negative"},
 		{"device policy", func(c *Gateway) { c.DevicePolicy = "one" }, `WSGATE_DEVICE_POLICY ("one") must be multi or single`},
 		{"device policy single", func(c *Gateway) { c.DevicePolicy = "single" }, ""},
+		{"compression", func(c *Gateway) { c.Compression = "yes" }, `WSGATE_COMPRESSION ("yes") must be on or off`},
+		{"compression off", func(c *Gateway) { c.Compression = "off" }, ""},
 		{"ping zero", func(c *Gateway) { c.PingInterval = 0 }, "WSGATE_PING_INTERVAL (0s) must be positive"},
 		{"pong negative", func(c *Gateway) { c.PongTimeout = -time.Second }, "WSGATE_PONG_TIMEOUT (-1s) must be positive"},
 		{"pong below ping", func(c *Gateway) { c.PongTimeout = 10 * time.Second },

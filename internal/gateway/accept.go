@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gobwas/httphead"
 	"github.com/gobwas/ws"
 	"golang.org/x/sys/unix"
 
@@ -373,6 +374,9 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 		h.refuseLocked(f)
 		return
 	}
+	if adm.deflate {
+		resp = with101Extension(resp)
+	}
 	initial := append([]byte(nil), rest...)
 	fd, tok := h.fd, h.tok
 	setup := func() { n.establishOwn(fd, tok, adm, resp, initial) }
@@ -521,6 +525,12 @@ func parseUpgrade(req []byte) (wsRequest, []byte, error) {
 				r.userAgent = string(v)
 			}
 			return nil
+		},
+		// Read here, judged by admit (acceptsDeflate): an offer is
+		// declined, never a reason to refuse the handshake.
+		ExtensionCustom: func(v []byte, opts []httphead.Option) ([]httphead.Option, bool) {
+			r.exts = append(r.exts, append([]byte(nil), v...))
+			return opts, true
 		},
 		// Only wsgate.v1 is ever selected; a bearer.<jwt> entry is read
 		// for the token and never echoed back.

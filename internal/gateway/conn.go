@@ -61,6 +61,7 @@ type conn struct {
 	writing  bool // a writer owns the socket's output (in the pool or writing)
 	waitOut  bool // a short write left wbuf; waiting for EPOLLOUT
 	format   protocol.Format
+	deflate  bool  // permessage-deflate negotiated (deflate.go); no state beyond this bit
 	running  bool  // an inbound goroutine is processing inq
 	preamble bool  // outq[0] is the 101 answer, not sent yet (own accept path)
 	warned   bool  // the expiring frame of the current exp was queued
@@ -148,6 +149,7 @@ func (c *conn) observeWbufLocked() {
 // fragment is a fragmented client message being assembled.
 type fragment struct {
 	op   byte
+	rsv1 bool // compressed (RSV1 on its first frame): inflated once whole
 	data []byte
 }
 

@@ -25,6 +25,8 @@ type delivery struct {
 	text     []byte
 	binOnce  sync.Once
 	bin      []byte
+	ztext    zframe // compressed variants, for deflate connections (deflate.go)
+	zbin     zframe
 }
 
 func newDelivery(msgJSON []byte, cl class, seq, pubAt int64) *delivery {
@@ -295,7 +297,7 @@ func (c *conn) catchUpAgeLocked(now int64) int64 {
 // queueLiveLocked queues non-reliable d under the class rules; it returns
 // true when a notify message must wait for room.
 func (c *conn) queueLiveLocked(d *delivery) bool {
-	fr := d.frame(c.format)
+	fr := d.frameFor(c)
 	if fr == nil {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
 		return false
@@ -322,7 +324,7 @@ func (c *conn) roomLocked() bool {
 // expressed in the connection's format is skipped (counted).
 func (c *conn) queueReliableLocked(s *stream, d *delivery) {
 	*c.posLocked(s) = d.seq
-	fr := d.frame(c.format)
+	fr := d.frameFor(c)
 	if fr == nil {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
 		return
@@ -335,7 +337,7 @@ func (c *conn) queueReliableLocked(s *stream, d *delivery) {
 // waitNotify retries a notify message for up to 100 ms (contract §4.5).
 // The full queue was counted once, when the message first met it.
 func (c *conn) waitNotify(d *delivery) {
-	fr := d.frame(c.format)
+	fr := d.frameFor(c)
 	deadline := time.Now().Add(100 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -615,12 +617,13 @@ func (c *conn) releaseLocked(held []*delivery) {
 // queueStoredLocked queues one message read from the inbox or a room's
 // history, above the position of s.
 func (c *conn) queueStoredLocked(s *stream, m cluster.InboxMessage) {
-	fr, err := c.n.inboxFrame(c.format, m)
+	b, err := c.n.inboxPayload(c.format, m)
 	*c.posLocked(s) = m.Seq
 	if err != nil {
 		c.logger().Warn("unreadable stored message skipped", "room", s.name(), "seq", m.Seq, "err", err)
 		return
 	}
+	fr := c.dataFrame(b)
 	c.outq = append(c.outq, fr)
 	c.n.metrics.Delivered.Inc()
 }
@@ -643,21 +646,15 @@ func (c *conn) queueReplayLocked(s *stream, since int64, rd cluster.InboxRead) {
 	c.kickLocked()
 }
 
-// inboxFrame rebuilds the frame of a stored reliable message with its seq.
-func (n *Node) inboxFrame(f protocol.Format, m cluster.InboxMessage) ([]byte, error) {
+// inboxPayload rebuilds a stored reliable message with its seq, encoded
+// in format f.
+func (n *Node) inboxPayload(f protocol.Format, m cluster.InboxMessage) ([]byte, error) {
 	var msg protocol.Message
 	if err := json.Unmarshal(m.Payload, &msg); err != nil {
 		return nil, err
 	}
 	msg.Seq = m.Seq
-	b, err := protocol.EncodeMessage(f, &msg)
-	if err != nil {
-		return nil, err
-	}
-	if f == protocol.MsgPack {
-		return wsframe.Frame(wsframe.OpBinary, b), nil
-	}
-	return wsframe.Frame(wsframe.OpText, b), nil
+	return protocol.EncodeMessage(f, &msg)
 }
 
 func (n *Node) inboxOpts() cluster.InboxOptions {

@@ -116,6 +116,7 @@ type wsRequest struct {
 	realIP    string   // X-Real-IP
 	cookie    string   // Cookie (all of them, "; "-joined), for WSGATE_CONNECT_URL
 	userAgent string   // User-Agent, for WSGATE_CONNECT_URL
+	exts      [][]byte // the Sec-WebSocket-Extensions headers (deflate.go)
 }
 
 func requestOf(r *http.Request) wsRequest {
@@ -124,6 +125,7 @@ func requestOf(r *http.Request) wsRequest {
 		authz: r.Header.Get("Authorization"), protocols: r.Header.Values("Sec-WebSocket-Protocol"),
 		xff: strings.Join(r.Header.Values("X-Forwarded-For"), ","), realIP: r.Header.Get("X-Real-Ip"),
 		cookie: strings.Join(r.Header.Values("Cookie"), "; "), userAgent: r.Header.Get("User-Agent"),
+		exts: headerBytes(r.Header.Values("Sec-Websocket-Extensions")),
 	}
 }
 
@@ -213,13 +215,14 @@ type admission struct {
 	device    string           // "" for the default device
 	proxy     []byte           // the WSGATE_CONNECT_URL request still to make (claims is nil until then)
 	roomSince map[string]int64 // room_since: reliable rooms to resume
+	deflate   bool             // permessage-deflate accepted (deflate.go)
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the
 // contract's order. On success the caller owns an IP slot (see admission).
 func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 	req.ip = n.clientIP(req)
-	a := admission{ip: req.ip}
+	a := admission{ip: req.ip, deflate: n.acceptsDeflate(req)}
 	if !n.accepting() {
 		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node not accepting connections ("+n.notReadyReason()+")")
 		f.retryAfter = 5 * time.Second
@@ -334,7 +337,7 @@ func (n *Node) connLimit() cluster.ConnLimit {
 func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	now := time.Now()
 	c := &conn{
-		n: n, fd: fd, tlsc: tlsc, format: a.format, idSeq: n.idSeq.Add(1), user: a.claims.Subject,
+		n: n, fd: fd, tlsc: tlsc, format: a.format, deflate: a.deflate, idSeq: n.idSeq.Add(1), user: a.claims.Subject,
 		connectedAt: now.UnixMilli(), lastRead: now.Unix(),
 		nextPing: now.Add(n.cfg.PingInterval).Unix(),
 	}
@@ -384,7 +387,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, f)
 		return
 	}
-	netConn, rw, _, err := upgrader.Upgrade(r, w)
+	netConn, rw, _, err := httpUpgrader(&a).Upgrade(r, w)
 	if err != nil {
 		n.release(&a)
 		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()

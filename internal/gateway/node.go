@@ -67,6 +67,7 @@ type Node struct {
 	idPrefix string
 	idSeq    atomic.Uint64
 	accepted atomic.Uint64 // upgraded connections since start
+	deflated atomic.Uint64 // compressor runs (deflate.go)
 
 	interest roomLocks // orders this node's interest writes of each room
 	metas    metaCache // connMeta shared by connections with the same grants

@@ -65,8 +65,12 @@ func (c *conn) consume(data []byte) bool {
 		data = c.rbuf
 	}
 	max := int64(c.n.cfg.MaxMessageBytes)
+	parse := wsframe.ParseHeader
+	if c.deflate {
+		parse = wsframe.ParseHeaderDeflate
+	}
 	for len(data) > 0 {
-		h, hs, err := wsframe.ParseHeader(data, true)
+		h, hs, err := parse(data, true)
 		if err != nil {
 			c.protocolError(err.Error())
 			return false
@@ -191,6 +195,9 @@ func (c *conn) onFrame(h wsframe.Header, payload []byte) bool {
 		}
 		f := c.frag
 		c.frag = nil
+		if f.rsv1 {
+			return c.onCompressed(f.op, f.data)
+		}
 		return c.onMessage(f.op, f.data)
 	default: // text or binary
 		if c.frag != nil {
@@ -198,8 +205,11 @@ func (c *conn) onFrame(h wsframe.Header, payload []byte) bool {
 			return false
 		}
 		if !h.Fin {
-			c.frag = &fragment{op: h.OpCode, data: append([]byte(nil), payload...)}
+			c.frag = &fragment{op: h.OpCode, rsv1: h.Rsv1, data: append([]byte(nil), payload...)}
 			return true
+		}
+		if h.Rsv1 {
+			return c.onCompressed(h.OpCode, payload)
 		}
 		return c.onMessage(h.OpCode, payload)
 	}
@@ -298,12 +308,17 @@ func (c *conn) sendError(code, msg string) {
 	}
 }
 
-// dataFrame wraps an encoded object in a text (JSON) or binary frame.
+// dataFrame wraps an encoded object in a text (JSON) or binary frame,
+// compressed on a deflate connection when it is large enough.
 func (c *conn) dataFrame(b []byte) []byte {
+	op := byte(wsframe.OpText)
 	if c.format == protocol.MsgPack {
-		return wsframe.Frame(wsframe.OpBinary, b)
+		op = wsframe.OpBinary
 	}
-	return wsframe.Frame(wsframe.OpText, b)
+	if fr, ok := c.deflatedFrame(op, b); ok {
+		return fr
+	}
+	return wsframe.Frame(op, b)
 }
 
 func (c *conn) pongFrame(cf *protocol.ClientFrame) []byte {

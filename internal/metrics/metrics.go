@@ -37,7 +37,8 @@ type Metrics struct {
 	APIKeyFailures    *prometheus.CounterVec // result: refused (401), throttled (429)
 	PartialBytes      prometheus.Gauge       // bytes held for unfinished client frames, node-wide
 
-	Upstream // v2: sinks and rpc (upstream.go)
+	Upstream    // v2: sinks and rpc (upstream.go)
+	Compression // v2: permessage-deflate (compression.go)
 }
 
 // Results of a refresh frame (wsgate_token_refresh_total).
@@ -105,6 +106,7 @@ func New() *Metrics {
 		f(c)
 	}
 	m.registerUpstream(f)
+	m.registerCompression(f)
 	// Series that exist from the start, so dashboards and alerts see zeros.
 	for _, s := range []string{"warming", "active", "draining"} {
 		m.NodeStatus.WithLabelValues(s)

@@ -35,6 +35,7 @@ type Header struct {
 	Fin    bool
 	OpCode byte
 	Masked bool
+	Rsv1   bool // the per-message compressed bit (ParseHeaderDeflate only)
 	Mask   [4]byte
 	Length int64
 }
@@ -47,6 +48,7 @@ var (
 	ErrControlTooLong = errors.New("websocket: control frame longer than 125 bytes")
 	ErrControlFrag    = errors.New("websocket: fragmented control frame")
 	ErrLength         = errors.New("websocket: invalid payload length")
+	ErrCompressedBit  = errors.New("websocket: compressed bit on a control frame or a continuation")
 )
 
 // IsControl reports whether op is a control opcode.
@@ -56,11 +58,26 @@ func IsControl(op byte) bool { return op&0x8 != 0 }
 // and its size, or size 0 when b does not hold a whole header yet. Client
 // frames must be masked (requireMask).
 func ParseHeader(b []byte, requireMask bool) (h Header, size int, err error) {
+	return parseHeader(b, requireMask, false)
+}
+
+// ParseHeaderDeflate is ParseHeader on a connection that negotiated
+// permessage-deflate: RSV1 (Header.Rsv1) may be set on the first frame of
+// a text or binary message, and is still refused on a control frame or a
+// continuation (RFC 7692 §6).
+func ParseHeaderDeflate(b []byte, requireMask bool) (h Header, size int, err error) {
+	return parseHeader(b, requireMask, true)
+}
+
+// rsv1 is the per-message compressed bit of the first header byte.
+const rsv1 = 0x40
+
+func parseHeader(b []byte, requireMask, deflate bool) (h Header, size int, err error) {
 	if len(b) < 2 {
 		return h, 0, nil
 	}
 	b0, b1 := b[0], b[1]
-	if b0&0x70 != 0 {
+	if b0&0x30 != 0 || (b0&rsv1 != 0 && !deflate) {
 		return h, 0, ErrReservedBits
 	}
 	h.Fin = b0&0x80 != 0
@@ -69,6 +86,9 @@ func ParseHeader(b []byte, requireMask bool) (h Header, size int, err error) {
 	case OpContinuation, OpText, OpBinary, OpClose, OpPing, OpPong:
 	default:
 		return h, 0, ErrBadOpCode
+	}
+	if h.Rsv1 = b0&rsv1 != 0; h.Rsv1 && (h.OpCode == OpContinuation || IsControl(h.OpCode)) {
+		return h, 0, ErrCompressedBit
 	}
 	h.Masked = b1&0x80 != 0
 	if requireMask && !h.Masked {

@@ -133,3 +133,26 @@ test('the package against a real node: rooms, reliable inbox with resume, device
   assert.equal(rec.seen.gap.length, 0, 'no gap');
   await alice.close();
 });
+
+test('compression: permessage-deflate with the runtime\'s WebSocket, large messages intact both ways', async (t) => {
+  const node = await startDev(t); // WSGATE_COMPRESSION is on by default
+  const probe = new WS(`${node.url}?user=probe`);
+  await new Promise((resolve, reject) => { probe.onopen = resolve; probe.onerror = reject; });
+  if (!globalThis.WebSocket) assert.match(probe.extensions, /permessage-deflate/, 'the ws package offers it and the node accepts');
+  probe.close();
+
+  const zed = new Client({ url: node.url, user: 'zed', WebSocket: WS });
+  t.after(() => zed.close());
+  const rec = recorder(zed);
+  await zed.connect();
+  const data = { items: Array.from({ length: 80 }, (_, i) => ({ id: i, name: `item-${i}`, tags: ['a', `b${i % 13}`] })) };
+  const r = await node.api('POST', '/api/v1/publish', { target: { type: 'user', id: 'zed' }, event: 'big', data });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  await zed.publish('user:zed', 'mine', data); // compressed by the runtime, inflated by the node
+  await rec.until('both large messages', (s) => ['big', 'mine'].every((e) => s.message.some((m) => m.event === e)));
+  for (const e of ['big', 'mine']) assert.deepEqual(rec.seen.message.find((m) => m.event === e).data, data);
+  const metrics = await (await fetch(node.base + '/metrics')).text();
+  const compressed = Number(/^wsgate_compressed_bytes_total (\S+)$/m.exec(metrics)?.[1] ?? 0);
+  if (probe.extensions) assert.ok(compressed > 0 && compressed < JSON.stringify(data).length * 2, `compressed bytes ${compressed}`);
+  await zed.close();
+});
