@@ -114,6 +114,7 @@ func (s *slot) dialOnce(ctx context.Context) (*wsConn, error) {
 		Format:           r.cfg.Format,
 		LocalAddr:        r.src.pick(),
 		HandshakeTimeout: client.DefaultHandshakeTimeout,
+		TLSConfig:        r.cfg.TLS,
 	}
 	if r.cfg.JWTSecret != "" {
 		if opts.Token, err = r.token(s.user); err != nil {
