@@ -239,12 +239,69 @@ func TestTLSLoopKeyUpdate(t *testing.T) {
 	}
 	// update_requested: the node sends its own KeyUpdate and moves to its
 	// next key (crypto/tls on the client follows, or fails to read).
+	sc := n.hub.userConns("ku")[0]
+	writeSecret := func() string {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		return string(sc.tr.out.secret)
+	}
 	for i := 0; i < 3; i++ {
+		before := writeSecret()
 		rc.keyUpdate(true)
 		c.send(`{"type":"ping","ts":6}`)
 		c.expect("pong")
+		if writeSecret() == before {
+			t.Fatal("the client asked for a KeyUpdate: the node's write key did not change")
+		}
 		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "ku"}, Event: "e", Data: raw(`1`)})
 		c.expect("message")
+	}
+}
+
+// Frames sent right behind the upgrade request, in records of their own
+// and in the same write, are read after the request: none is lost
+// inside crypto/tls when the loop takes the connection over.
+func TestTLSLoopFramesBehindTheRequest(t *testing.T) {
+	n := tlsNode(t, nil)
+	tcp, err := net.Dial("tcp", n.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	kl := &keyLogLines{}
+	tc := tls.Client(tcp, &tls.Config{InsecureSkipVerify: true, KeyLogWriter: kl, MinVersion: tls.VersionTLS13})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := newTrafficKeys(tc.ConnectionState().CipherSuite, kl.lines["CLIENT_TRAFFIC_SECRET_0"])
+	rc := &recConn{Conn: tcp, tc: tc, out: out}
+	req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, "eager", nil) + "\r\n\r\n"
+	var pings [3][]byte
+	for i := range pings {
+		var f bytes.Buffer
+		ws.WriteFrame(&f, ws.MaskFrame(ws.NewTextFrame([]byte(fmt.Sprintf(`{"type":"ping","ts":%d}`, i)))))
+		pings[i] = f.Bytes()
+	}
+	// The request and the first ping in one record, then a record per
+	// ping, all in one write.
+	all := rc.sealed(recordAppData, append([]byte(req), pings[0]...))
+	all = append(all, rc.sealed(recordAppData, pings[1])...)
+	all = append(all, rc.sealed(recordAppData, pings[2])...)
+	rc.writeRaw(all)
+	br := bufio.NewReader(rc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	c := &wsClient{t: t, conn: rc, r: br, frames: make(chan map[string]any, 64), closed: make(chan struct{})}
+	go c.readLoop()
+	defer func() { tcp.Close(); <-c.closed }()
+	c.expect("welcome")
+	for i := 0; i < 3; i++ {
+		if p := c.expect("pong"); p["ts"] != float64(i) {
+			t.Fatalf("pong %d: %v", i, p)
+		}
 	}
 }
 
