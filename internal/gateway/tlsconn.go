@@ -21,7 +21,9 @@ func (c *conn) consumeTLS(data []byte) bool {
 		t.rpart = append(t.rpart, data...)
 		data = t.rpart
 	}
+	c.mu.Lock() // the read keys are shared with the sweep (idle)
 	app, rest, res := t.readRecords(data)
+	c.mu.Unlock()
 	// Keep an incomplete record for the next read, in a buffer of its
 	// own (or at the front of the one it is in) while it is incomplete.
 	switch {

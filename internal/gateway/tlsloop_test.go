@@ -243,7 +243,7 @@ func TestTLSLoopKeyUpdate(t *testing.T) {
 	writeSecret := func() string {
 		sc.mu.Lock()
 		defer sc.mu.Unlock()
-		return string(sc.tr.out.secret)
+		return string(sc.tr.out.secret[:])
 	}
 	for i := 0; i < 3; i++ {
 		before := writeSecret()
@@ -510,5 +510,27 @@ func TestTLSLoopServerPing(t *testing.T) {
 	}
 	if n.hub.count() != 1 {
 		t.Fatal("connection gone after pings")
+	}
+}
+
+// An idle connection's AEADs are dropped by the sweep (two passes
+// without traffic) and built again for its next record, both ways.
+func TestTLSLoopIdleKeysDropped(t *testing.T) {
+	n := tlsNode(t, nil)
+	c, _ := dialTLS(t, n, "sleepy", true, nil)
+	sc := n.hub.userConns("sleepy")[0]
+	for round := 0; round < 3; round++ {
+		sc.mu.Lock()
+		sc.tr.idle()
+		sc.tr.idle()
+		dropped := sc.tr.in.aead == nil && sc.tr.out.aead == nil
+		sc.mu.Unlock()
+		if !dropped {
+			t.Fatal("an idle connection keeps its AEADs after two sweeps")
+		}
+		c.send(`{"type":"ping","ts":8}`)
+		c.expect("pong")
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "sleepy"}, Event: "e", Data: raw(`2`)})
+		c.expect("message")
 	}
 }

@@ -54,14 +54,22 @@ var (
 	errHandshakeMsg   = errors.New("tls: unexpected handshake message after the handshake")
 )
 
-// trafficKeys protect one direction: the AEAD, its static IV, the record
-// sequence number and the traffic secret (for KeyUpdate).
+// trafficKeys protect one direction: the key, its static IV, the record
+// sequence number and the traffic secret (for KeyUpdate). The AEAD built
+// from the key (its expanded AES key schedule and GHASH table: ~800 B)
+// is kept while the direction is in use and dropped once it has been
+// idle for a sweep (see tlsState.idle): an idle connection keeps its
+// keys only, and rebuilding costs BenchmarkTLSKeysRebuild.
 type trafficKeys struct {
-	aead   cipher.AEAD
-	iv     [12]byte
-	seq    uint64
-	secret []byte
-	suite  uint16
+	aead      cipher.AEAD // nil: build it from key (aeadNow)
+	used      bool        // sealed or opened since the last sweep
+	suite     uint16
+	keyLen    uint8
+	secretLen uint8
+	key       [32]byte
+	iv        [12]byte
+	seq       uint64
+	secret    [48]byte
 }
 
 // suiteHash is the hash of a TLS 1.3 cipher suite and its key length.
@@ -103,8 +111,24 @@ func (k *trafficKeys) setSecret(secret []byte) error {
 	if err != nil {
 		return err
 	}
-	key := expandLabel(h, secret, "key", keyLen)
+	if len(secret) > len(k.secret) {
+		return fmt.Errorf("tls: traffic secret of %d bytes", len(secret))
+	}
+	k.keyLen = uint8(copy(k.key[:], expandLabel(h, secret, "key", keyLen)))
 	copy(k.iv[:], expandLabel(h, secret, "iv", 12))
+	k.secretLen = uint8(copy(k.secret[:], secret))
+	k.seq, k.aead = 0, nil
+	return nil
+}
+
+// aeadNow is the direction's AEAD, built from the key if it was dropped.
+func (k *trafficKeys) aeadNow() cipher.AEAD {
+	k.used = true
+	if k.aead != nil {
+		return k.aead
+	}
+	var err error
+	key := k.key[:k.keyLen]
 	if k.suite == tls.TLS_CHACHA20_POLY1305_SHA256 {
 		k.aead, err = chacha20poly1305.New(key)
 	} else {
@@ -114,10 +138,17 @@ func (k *trafficKeys) setSecret(secret []byte) error {
 		}
 	}
 	if err != nil {
-		return err
+		panic(err) // the key's length is the suite's
 	}
-	k.secret, k.seq = slices.Clone(secret), 0
-	return nil
+	return k.aead
+}
+
+// idle drops the AEAD if the direction was not used since the last call.
+func (k *trafficKeys) idle() {
+	if !k.used {
+		k.aead = nil
+	}
+	k.used = false
 }
 
 // update moves to the next traffic secret (RFC 8446 §7.2).
@@ -126,7 +157,7 @@ func (k *trafficKeys) update() error {
 	if err != nil {
 		return err
 	}
-	return k.setSecret(expandLabel(h, k.secret, "traffic upd", len(k.secret)))
+	return k.setSecret(expandLabel(h, k.secret[:k.secretLen], "traffic upd", int(k.secretLen)))
 }
 
 func (k *trafficKeys) nonce(out *[12]byte) []byte {
@@ -150,7 +181,7 @@ func (k *trafficKeys) sealAt(b []byte, start int, ctype byte) []byte {
 	hdr[0], hdr[1], hdr[2] = recordAppData, 3, 3
 	binary.BigEndian.PutUint16(hdr[3:], uint16(len(plain)+16))
 	var nb [12]byte
-	out := k.aead.Seal(plain[:0], k.nonce(&nb), plain, hdr)
+	out := k.aeadNow().Seal(plain[:0], k.nonce(&nb), plain, hdr)
 	k.seq++
 	return b[:start+recordHeaderLen+len(out)]
 }
@@ -175,7 +206,7 @@ func (k *trafficKeys) open(rec []byte) (byte, []byte, error) {
 		return 0, nil, errRecordMAC
 	}
 	var nb [12]byte
-	plain, err := k.aead.Open(body[:0], k.nonce(&nb), body, rec[:recordHeaderLen])
+	plain, err := k.aeadNow().Open(body[:0], k.nonce(&nb), body, rec[:recordHeaderLen])
 	if err != nil {
 		return 0, nil, errRecordMAC
 	}
@@ -193,14 +224,20 @@ func (k *trafficKeys) open(rec []byte) (byte, []byte, error) {
 	return plain[i], plain[:i], nil
 }
 
-// tlsState is a loop-held TLS connection's record layer. in and rpart
-// belong to the reader (the loop); out and keyUpdate are under conn.mu.
+// tlsState is a loop-held TLS connection's record layer, under conn.mu,
+// but for rpart, which belongs to the reader (the loop).
 type tlsState struct {
 	in  trafficKeys
 	out trafficKeys
 
 	rpart     []byte // an incomplete record (reader only)
 	keyUpdate bool   // the client asked for a KeyUpdate: ours goes before the next record
+}
+
+// idle drops the AEADs not used since the last sweep (under conn.mu).
+func (t *tlsState) idle() {
+	t.in.idle()
+	t.out.idle()
 }
 
 // readResult is what a run of records asked for besides their data.
