@@ -534,3 +534,35 @@ func TestTLSLoopIdleKeysDropped(t *testing.T) {
 		c.expect("message")
 	}
 }
+
+// A client that stops reading fills the socket: the sealed rest of a
+// short write waits in wbuf for EPOLLOUT, and every message arrives, in
+// order, once the client reads again.
+func TestTLSLoopBackpressure(t *testing.T) {
+	n := tlsNode(t, func(c *config.Gateway) { c.SendQueue = 4096 })
+	c, _ := dialTLS(t, n, "slow", false, nil)
+	if h, err := ws.ReadHeader(c.r); err != nil || h.OpCode != ws.OpText {
+		t.Fatalf("welcome: %v %v", h, err)
+	} else {
+		io.CopyN(io.Discard, c.r, h.Length)
+	}
+	const k = 300
+	big := strings.Repeat("w", 60<<10)
+	for i := 0; i < k; i++ {
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "slow"}, Event: "e", Data: raw(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, big))})
+	}
+	sc := n.hub.userConns("slow")[0]
+	eventually(t, 5*time.Second, "a short write waiting for EPOLLOUT", func() bool {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		return sc.waitOut && len(sc.wbuf) > 0
+	})
+	c.frames, c.closed = make(chan map[string]any, k+16), make(chan struct{})
+	go c.readLoop()
+	for i := 0; i < k; i++ {
+		m := c.expect("message")
+		if d, _ := m["data"].(map[string]any); d["i"] != float64(i) {
+			t.Fatalf("message %d: got %v", i, d["i"])
+		}
+	}
+}
