@@ -351,8 +351,9 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	return c
 }
 
-// serveWS is the WebSocket endpoint through net/http: TLS listeners and
-// Handler() users. Plain listeners take the node's own accept path.
+// serveWS is the WebSocket endpoint through net/http: TLS 1.2 clients,
+// requests on kept-alive HTTP connections and Handler() users. TCP
+// listeners, plain or TLS 1.3, take the node's own accept path.
 func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !isUpgrade(r) {
 		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
@@ -401,7 +402,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	fd := -1
 	var tlsc *tlsIO
 	if tc, ok := netConn.(tlsStream); ok {
-		// TLS is decrypted in Go: the connection gets a reader and a
+		// crypto/tls keeps the connection: it gets a reader and a
 		// writer goroutine (see tls.go).
 		tlsc = newTLSIO(tc)
 	} else if fd, err = netpoll.TakeFD(netConn); err != nil {
