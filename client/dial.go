@@ -3,6 +3,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,9 @@ type DialOptions struct {
 	LocalAddr string
 	// Header holds extra handshake headers (e.g. Origin).
 	Header http.Header
+	// TLSConfig configures wss:// connections; nil: the system's roots
+	// verify the server.
+	TLSConfig *tls.Config
 
 	// HandshakeTimeout bounds connect, upgrade and welcome (default 10s).
 	HandshakeTimeout time.Duration
@@ -95,8 +99,9 @@ func Dial(ctx context.Context, rawURL string, opts DialOptions) (*Conn, *Welcome
 
 	var refusal *HandshakeError
 	d := ws.Dialer{
-		Timeout: opts.HandshakeTimeout,
-		NetDial: netDialer(opts.LocalAddr).DialContext,
+		Timeout:   opts.HandshakeTimeout,
+		NetDial:   netDialer(opts.LocalAddr).DialContext,
+		TLSConfig: opts.TLSConfig,
 		OnStatusError: func(status int, _ []byte, resp io.Reader) {
 			refusal = parseRefusal(status, resp)
 		},

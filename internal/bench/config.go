@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -68,6 +71,8 @@ type Config struct {
 	CPUProfile string        // --cpuprofile FILE
 	Reader     string        // --reader: loop (default) or goroutine
 	Spin       time.Duration // --spin: the reader loop polls this long before parking
+	CAFile     string        // --ca: PEM certificates that verify wss:// and https:// nodes (default: the system's)
+	TLS        *tls.Config   `json:"-"` // from CAFile (nil: the system's roots)
 
 	// Progress receives the live progress line (nil = none); Run writes
 	// one line per second, overwritten when ProgressTTY is set.
@@ -90,6 +95,7 @@ type settings struct {
 	jsonFile, htmlFile, cpuProfile string
 	reader                         string
 	spin                           time.Duration
+	caFile                         string
 }
 
 // newSet registers every bench setting (flag, WSGATE_ env and YAML key,
@@ -136,6 +142,7 @@ func newSet(s *settings) *config.Set {
 	set.String(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file (to check that the bench is not the bottleneck)")
 	set.Duration(&s.spin, "spin", 0, "loop reader: keep polling this long after the last frame before sleeping (e.g. 2ms); "+
 		"on loopback a sleeping reader's wake-up is paid by the gateway's write, so use it when the bench has a core of its own")
+	set.String(&s.caFile, "ca", "", "PEM file of the certificates (or their CA) that verify wss:// and https:// nodes; default: the system's roots")
 	set.String(&s.reader, "reader", ReaderLoop, "how the bench reads its connections: loop (an epoll event loop, ws:// only) or goroutine (one goroutine per connection, client.Conn.ReadRaw)")
 	return set
 }
@@ -148,13 +155,24 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Fill: s.fill, Compress: s.compression, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin,
+		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, CAFile: s.caFile,
 	}
 	f, err := protocol.ParseFormat(s.format)
 	if err != nil {
 		return cfg, fmt.Errorf("--format: %v", err)
 	}
 	cfg.Format = f
+	if s.caFile != "" {
+		pem, err := os.ReadFile(s.caFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return cfg, fmt.Errorf("--ca: no PEM certificate in %s", s.caFile)
+		}
+		cfg.TLS = &tls.Config{RootCAs: pool}
+	}
 	if s.sourceIPs != "" {
 		ips, err := ParseSourceIPs(s.sourceIPs)
 		if err != nil {

@@ -115,6 +115,7 @@ func (s *slot) dialOnce(ctx context.Context) (*wsConn, error) {
 		LocalAddr:        r.src.pick(),
 		HandshakeTimeout: client.DefaultHandshakeTimeout,
 		Compression:      r.cfg.Compress,
+		TLSConfig:        r.cfg.TLS,
 	}
 	if r.cfg.JWTSecret != "" {
 		if opts.Token, err = r.token(s.user); err != nil {

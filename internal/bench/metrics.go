@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
@@ -60,10 +61,10 @@ type scraper struct {
 	http *http.Client
 }
 
-func newScraper(urls []string) *scraper {
+func newScraper(urls []string, tlsCfg *tls.Config) *scraper {
 	return &scraper{urls: urls, http: &http.Client{
 		Timeout:   5 * time.Second,
-		Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true},
+		Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true, TLSClientConfig: tlsCfg},
 	}}
 }
 

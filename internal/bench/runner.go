@@ -157,9 +157,10 @@ func newRunner(cfg Config) *runner {
 				MaxIdleConnsPerHost: cfg.Inflight + 16,
 				DisableCompression:  true,
 				IdleConnTimeout:     30 * time.Second,
+				TLSClientConfig:     cfg.TLS,
 			},
 		},
-		scraper: newScraper(cfg.Metrics),
+		scraper: newScraper(cfg.Metrics, cfg.TLS),
 	}
 	r.target.Store(1<<62 - 1)
 	r.phase.Store("start")

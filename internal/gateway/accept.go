@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,7 +38,10 @@ import (
 // metrics, the console) is handed to net/http with the bytes already
 // read, on a connection of its own.
 //
-// TLS listeners keep net/http for everything (see tls.go).
+// A TLS listener takes the same path (see tlsaccept.go): the loop
+// accepts, the TLS handshake and the request run on the short-lived
+// handshake goroutine, and a TLS 1.3 connection is then held by the loop
+// like a plain one.
 
 const (
 	maxRequestHeader = 16 << 10         // bytes of request line and headers
@@ -49,6 +53,7 @@ const (
 type acceptor struct {
 	n    *Node
 	addr net.Addr
+	tls  *tls.Config // a TLS listener's (see tlsaccept.go); nil: plain
 
 	// mu guards fd: every loop accepts under its read lock, Close
 	// takes it to close the socket.
@@ -65,8 +70,9 @@ type acceptor struct {
 	closeOnce sync.Once
 }
 
-// serveOwn serves ln (a *net.TCPListener) through the own accept path.
-func (n *Node) serveOwn(ln net.Listener) error {
+// serveOwn serves ln (a *net.TCPListener) through the own accept path,
+// with TLS when tlsCfg is set.
+func (n *Node) serveOwn(ln net.Listener, tlsCfg *tls.Config) error {
 	addr := ln.Addr()
 	fd, err := netpoll.TakeFD(ln)
 	if err != nil {
@@ -82,7 +88,7 @@ func (n *Node) serveOwn(ln net.Listener) error {
 	}
 	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, int(handshakeTimeout/time.Second))
 	a := &acceptor{
-		n: n, addr: addr, fd: fd, pending: map[*hsConn]struct{}{},
+		n: n, addr: addr, tls: tlsCfg, fd: fd, pending: map[*hsConn]struct{}{},
 		conns: make(chan net.Conn, 256), done: make(chan struct{}),
 	}
 	// Every loop watches the listener (the kernel wakes one per
@@ -113,7 +119,11 @@ func (a *acceptor) OnReadable(buf []byte) {
 		fd, sa, err := unix.Accept4(a.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		switch err {
 		case nil:
-			a.open(fd, sockaddrIP(sa), buf)
+			if a.tls != nil {
+				a.openTLS(fd, sa)
+			} else {
+				a.open(fd, sockaddrIP(sa), buf)
+			}
 		case unix.EINTR, unix.ECONNABORTED:
 		case unix.EAGAIN:
 			return
@@ -379,17 +389,17 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 	}
 	initial := append([]byte(nil), rest...)
 	fd, tok := h.fd, h.tok
-	setup := func() { n.establishOwn(fd, tok, adm, resp, initial) }
+	setup := func() { n.establishOwn(fd, tok, nil, adm, resp, initial) }
 	if f != nil {
 		// The token names a kid the key set lacks: wait for a refresh
 		// of the set off the event loop, then judge the token again.
 		setup = func() {
 			adm, f := n.admitToken(n.hsCtx, &r, adm, true)
 			if f != nil {
-				n.refuseTaken(fd, tok, f)
+				n.refuseTaken(fd, tok, nil, f)
 				return
 			}
-			n.establishOwn(fd, tok, adm, resp, initial)
+			n.establishOwn(fd, tok, nil, adm, resp, initial)
 		}
 	}
 	// The socket now belongs to the connection being set up; this
@@ -405,27 +415,32 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 
 // refuseTaken answers a handshake whose socket the handler has handed on
 // (a goroutine of its own judges it) with f and closes it.
-func (n *Node) refuseTaken(fd int, tok netpoll.Token, f *refusal) {
+func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsState, f *refusal) {
 	n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
-	_, _ = unix.Write(fd, f.response())
+	b := f.response()
+	if tr != nil {
+		b = tr.out.seal(nil, recordAppData, b)
+	}
+	_, _ = unix.Write(fd, b)
 	n.poller.Unregister(fd, tok)
 	unix.Close(fd)
 }
 
 // establishOwn runs the backend step of an admitted handshake and sends
-// the 101 with the welcome.
-func (n *Node) establishOwn(fd int, tok netpoll.Token, a admission, resp, initial []byte) {
+// the 101 with the welcome. tr is the record layer of a TLS connection
+// (nil: plain).
+func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsState, a admission, resp, initial []byte) {
 	f := n.askProxy(n.hsCtx, &a)
 	if f == nil {
 		f = n.checkUserLimit(n.hsCtx, a.claims.Subject)
 	}
 	if f != nil {
 		n.release(&a)
-		n.refuseTaken(fd, tok, f)
+		n.refuseTaken(fd, tok, tr, f)
 		return
 	}
 	c := n.newConn(&a, fd, nil)
-	c.token = tok
+	c.token, c.tr = tok, tr
 	c.outq = [][]byte{resp}
 	c.preamble = true
 	n.establish(c, a.ip, a.since, a.hasSince, a.roomSince, initial)

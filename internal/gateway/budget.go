@@ -59,6 +59,9 @@ func (c *conn) accountPartial(was bool) {
 		if c.frag != nil {
 			held += int64(cap(c.frag.data))
 		}
+		if c.tr != nil {
+			held += int64(cap(c.tr.rpart))
+		}
 	}
 	old := ps.held.Swap(held)
 	total := c.n.partialBytes.Add(held - old)

@@ -54,8 +54,9 @@ type conn struct {
 	n  *Node
 	mu sync.Mutex
 
-	fd       int    // the socket, owned by the event loop (-1 with TLS)
-	tlsc     *tlsIO // TLS connections only
+	fd       int       // the socket, owned by the event loop (-1 with tlsc)
+	tlsc     *tlsIO    // TLS 1.2 connections (goroutine path, tls.go)
+	tr       *tlsState // TLS 1.3 connections held by the event loop (tlsconn.go)
 	token    netpoll.Token
 	state    uint8
 	writing  bool // a writer owns the socket's output (in the pool or writing)
@@ -377,6 +378,7 @@ func (c *conn) flush() {
 	if c.state == stClosing && len(c.outq) == 0 && len(c.wbuf) == 0 {
 		// Close frame sent: half-close so the peer sees it followed by
 		// FIN; the peer's close or the sweep ends the connection.
+		c.closeNotifyLocked()
 		_ = unix.Shutdown(c.fd, unix.SHUT_WR)
 	}
 	c.mu.Unlock()
@@ -389,6 +391,10 @@ func (c *conn) flush() {
 func (c *conn) writeOutLocked() {
 	if c.tlsc != nil {
 		return // the TLS writer goroutine writes
+	}
+	if c.tr != nil {
+		c.writeTLSLocked()
+		return
 	}
 	for c.state != stClosed && !c.waitOut {
 		if len(c.wbuf) > 0 {

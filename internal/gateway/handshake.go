@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
-	"golang.org/x/sys/unix"
 
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -354,8 +352,9 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	return c
 }
 
-// serveWS is the WebSocket endpoint through net/http: TLS listeners and
-// Handler() users. Plain listeners take the node's own accept path.
+// serveWS is the WebSocket endpoint through net/http: TLS 1.2 clients,
+// requests on kept-alive HTTP connections and Handler() users. TCP
+// listeners, plain or TLS 1.3, take the node's own accept path.
 func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !isUpgrade(r) {
 		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
@@ -403,8 +402,8 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	fd := -1
 	var tlsc *tlsIO
-	if tc, ok := netConn.(*tls.Conn); ok {
-		// TLS is decrypted in Go: the connection gets a reader and a
+	if tc, ok := netConn.(tlsStream); ok {
+		// crypto/tls keeps the connection: it gets a reader and a
 		// writer goroutine (see tls.go).
 		tlsc = newTLSIO(tc)
 	} else if fd, err = netpoll.TakeFD(netConn); err != nil {
@@ -489,7 +488,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 		if c.preamble && c.state == stResuming {
 			// The 101 has not gone out (own accept path): refuse instead.
 			n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
-			_, _ = unix.Write(c.fd, f.response())
+			c.writeRawLocked(f.response())
 			c.outq = nil
 		} else {
 			c.closeWithReasonLocked(code, f.msg)
@@ -587,7 +586,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 	c.kickLocked()
 	c.mu.Unlock()
 	if n.log.Enabled(ctx, slog.LevelInfo) {
-		c.logger().Info("connection open", "ip", ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages), "tls", c.tlsc != nil)
+		c.logger().Info("connection open", "ip", ip, "format", c.format.String(), "since", since, "replayed", len(rd.Messages), "tls", c.tlsc != nil || c.tr != nil)
 	}
 	// Bytes that came with the handshake are parsed before the socket's
 	// reader starts, so that one reader at a time touches the parser.

@@ -217,8 +217,8 @@ func (b *slowConnect) Connect(ctx context.Context, r cluster.Route, ttl time.Dur
 // Shutdown with handshakes in flight waits for them: when it returns, no
 // handshake is still in its backend step, no connection is left and no
 // goroutine of the node runs. On the own accept path each such handshake
-// is refused with 503; through net/http (TLS) the 101 has gone out, and the
-// connection is closed.
+// is refused with 503 (also over TLS 1.3); through net/http (a TLS 1.2
+// client) the 101 has gone out, and the connection is closed.
 func TestShutdownWaitsForHandshakesInFlight(t *testing.T) {
 	t.Run("own accept path", func(t *testing.T) {
 		shutdownWithHandshakesInFlight(t, nil, func(t *testing.T, n *testNode, user string) net.Conn {
@@ -240,13 +240,35 @@ func TestShutdownWaitsForHandshakesInFlight(t *testing.T) {
 			}
 		})
 	})
-	t.Run("net/http (TLS)", func(t *testing.T) {
+	t.Run("own accept path, TLS 1.3", func(t *testing.T) {
+		certFile, keyFile := selfSigned(t)
+		tlsNode := func(c *config.Gateway) { c.TLSCertFile, c.TLSKeyFile = certFile, keyFile }
+		shutdownWithHandshakesInFlight(t, tlsNode, func(t *testing.T, n *testNode, user string) net.Conn {
+			c, err := tls.Dial("tcp", n.addr, &tls.Config{InsecureSkipVerify: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
+				"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, user, nil) + "\r\n\r\n"
+			if _, err := c.Write([]byte(req)); err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}, func(t *testing.T, c net.Conn) {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			b, _ := io.ReadAll(c)
+			if !bytes.HasPrefix(b, []byte("HTTP/1.1 503")) || !bytes.Contains(b, []byte("shutting down")) {
+				t.Fatalf("answer to a handshake in flight: %q, want a 503 (node shutting down)", b)
+			}
+		})
+	})
+	t.Run("net/http (TLS 1.2)", func(t *testing.T) {
 		certFile, keyFile := selfSigned(t)
 		tlsNode := func(c *config.Gateway) { c.TLSCertFile, c.TLSKeyFile = certFile, keyFile }
 		shutdownWithHandshakesInFlight(t, tlsNode, func(t *testing.T, n *testNode, user string) net.Conn {
 			d := ws.Dialer{
 				Header:    ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer " + token(t, user, nil)}}),
-				TLSConfig: &tls.Config{InsecureSkipVerify: true},
+				TLSConfig: &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12},
 				Timeout:   5 * time.Second,
 			}
 			c, _, _, err := d.Dial(context.Background(), "wss://"+n.addr+"/ws") // the 101 comes before the backend step

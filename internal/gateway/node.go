@@ -346,16 +346,18 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 // Serve accepts HTTP on ln until Shutdown (also when Shutdown came first).
-// A plain TCP listener is served by the node's own accept path (see
-// accept.go); a TLS one, or any other kind, by net/http alone.
+// A TCP listener, plain or TLS, is served by the node's own accept path
+// (see accept.go, tlsaccept.go); any other kind by net/http alone.
 func (n *Node) Serve(ln net.Listener) error {
 	var err error
 	_, isTCP := ln.(*net.TCPListener)
 	switch {
+	case n.cfg.TLSCertFile != "" && isTCP:
+		err = n.serveOwnTLS(ln)
 	case n.cfg.TLSCertFile != "":
 		err = n.srv.ServeTLS(ln, n.cfg.TLSCertFile, n.cfg.TLSKeyFile)
 	case isTCP:
-		err = n.serveOwn(ln)
+		err = n.serveOwn(ln, nil)
 	default:
 		err = n.srv.Serve(ln)
 	}

@@ -27,7 +27,11 @@ func (c *conn) OnReadable(buf []byte) {
 		}
 		c.mu.Unlock()
 		if n > 0 {
-			if !c.consume(buf[:n]) {
+			if c.tr != nil {
+				if !c.consumeTLS(buf[:n]) {
+					return
+				}
+			} else if !c.consume(buf[:n]) {
 				return
 			}
 			// Read again even after a short read: a FIN that came with
@@ -50,8 +54,11 @@ func (c *conn) OnReadable(buf []byte) {
 // feed is the entry point for bytes read outside the event loop (the rest
 // of the handshake's buffer).
 func (c *conn) feed(b []byte) {
-	if len(b) > 0 {
-		c.consume(append([]byte(nil), b...))
+	if len(b) > 0 && !c.consume(append([]byte(nil), b...)) {
+		return
+	}
+	if c.tr != nil && len(c.tr.rpart) > 0 {
+		c.consumeTLS(nil) // records read with the handshake, after its request
 	}
 }
 
@@ -119,7 +126,9 @@ const partialFrameTimeout = 10 * time.Second
 
 // holdsPartial reports whether the reader keeps an unfinished frame or
 // message (reader only).
-func (c *conn) holdsPartial() bool { return len(c.rbuf) > 0 || c.frag != nil }
+func (c *conn) holdsPartial() bool {
+	return len(c.rbuf) > 0 || c.frag != nil || (c.tr != nil && len(c.tr.rpart) > 0)
+}
 
 // expirePartial closes with 1008 the connections whose unfinished frame
 // began partialFrameTimeout ago or more, and forgets the ended ones (the

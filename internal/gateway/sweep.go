@@ -89,6 +89,9 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 		return
 	}
 	c.warnExpiringLocked(now)
+	if c.tr != nil {
+		c.tr.idle()
+	}
 	if now >= c.nextPing {
 		c.nextPing = now + interval
 		if len(c.outq) < c.n.cfg.SendQueue {

@@ -6,19 +6,27 @@ import (
 	"time"
 )
 
-// tlsIO carries a TLS connection. TLS records are decrypted in Go, so the
-// socket cannot be read by the event loop: a TLS connection has a reader
-// goroutine (with a 4 KiB buffer) and a writer goroutine parked until it
-// has output. That costs ~10 KB per connection more than the event loop;
-// deployments that count memory terminate TLS in front of the gateway
-// (see docs/operations.md).
+// tlsIO carries a TLS connection that the event loop does not hold: a
+// TLS 1.2 client's, or a WebSocket handshake on a kept-alive HTTPS
+// connection (TLS 1.3 WebSocket connections are held by the loop, see
+// tlsaccept.go). Its records are decrypted by crypto/tls, so it has a
+// reader goroutine (with a 4 KiB buffer) and a writer goroutine parked
+// until it has output: ~24 KiB per connection.
 type tlsIO struct {
-	c    *tls.Conn
+	c    tlsStream
 	wake chan struct{} // capacity 1: "there is output, or the connection ended"
 	done chan struct{}
 }
 
-func newTLSIO(c *tls.Conn) *tlsIO {
+// tlsStream is a crypto/tls connection, possibly with plaintext read
+// before net/http got it (tlsPrefixConn).
+type tlsStream interface {
+	net.Conn
+	CloseWrite() error
+	ConnectionState() tls.ConnectionState
+}
+
+func newTLSIO(c tlsStream) *tlsIO {
 	return &tlsIO{c: c, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 

@@ -36,6 +36,7 @@ type Metrics struct {
 	RoomHistory       prometheus.Counter     // messages stored in reliable rooms' histories (v2)
 	APIKeyFailures    *prometheus.CounterVec // result: refused (401), throttled (429)
 	PartialBytes      prometheus.Gauge       // bytes held for unfinished client frames, node-wide
+	TLSHandshakes     *prometheus.CounterVec // path: loop (TLS 1.3 on the event loop), goroutine (TLS 1.2, or HTTP/2), failed
 
 	Upstream    // v2: sinks and rpc (upstream.go)
 	Compression // v2: permessage-deflate (compression.go)
@@ -101,7 +102,11 @@ func New() *Metrics {
 	f(m.RoomHistory)
 	m.APIKeyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_api_key_failures_total", Help: "Server API requests refused for their key: refused (401, a wrong or missing key) or throttled (429, too many failures from the client IP)."}, []string{"result"})
 	m.PartialBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_partial_frame_bytes", Help: "Bytes held for unfinished client frames and fragmented messages, all connections of the node."})
-	for _, c := range []prometheus.Collector{m.TokenRefresh, m.KeySetFetches, m.APIKeyFailures, m.PartialBytes, m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
+	m.TLSHandshakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_tls_handshakes_total", Help: "TLS handshakes on the node's listener, by path: loop (TLS 1.3, held by the event loop), goroutine (TLS 1.2 or an HTTP/2 client, served by net/http), failed."}, []string{"path"})
+	for _, p := range []string{"loop", "goroutine", "failed"} {
+		m.TLSHandshakes.WithLabelValues(p)
+	}
+	for _, c := range []prometheus.Collector{m.TLSHandshakes, m.TokenRefresh, m.KeySetFetches, m.APIKeyFailures, m.PartialBytes, m.BusReceived, m.Connections, m.ConnectionsTotal, m.HandshakeRejected, m.Published, m.Delivered, m.Dropped,
 		m.DeliveryLatency, m.SendQueueFull, m.ClientFrames, m.BackendErrors, m.BackendLatency, m.NodeStatus, m.DrainRemaining, m.Closes} {
 		f(c)
 	}
