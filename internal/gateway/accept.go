@@ -384,9 +384,6 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 		h.refuseLocked(f)
 		return
 	}
-	if adm.deflate {
-		resp = with101Extension(resp)
-	}
 	initial := append([]byte(nil), rest...)
 	fd, tok := h.fd, h.tok
 	setup := func() { n.establishOwn(fd, tok, nil, adm, resp, initial) }
@@ -430,6 +427,9 @@ func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsState, f *refusal) 
 // the 101 with the welcome. tr is the record layer of a TLS connection
 // (nil: plain).
 func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsState, a admission, resp, initial []byte) {
+	if a.deflate { // both own paths, plain and TLS on the loop
+		resp = with101Extension(resp)
+	}
 	f := n.askProxy(n.hsCtx, &a)
 	if f == nil {
 		f = n.checkUserLimit(n.hsCtx, a.claims.Subject)

@@ -44,7 +44,8 @@ type zFrame struct {
 }
 
 // dialZ upgrades with ext as the Sec-WebSocket-Extensions header (none
-// when empty) on the own accept path, or through net/http with tlsc.
+// when empty) on the own accept path, or over TLS with tlsc (TLS 1.3: on
+// the loops; TLS 1.2: through net/http).
 func dialZ(t testing.TB, addr, user, ext string, tlsc *tls.Config) *zClient {
 	t.Helper()
 	return dialZClaims(t, addr, user, nil, ext, tlsc)
@@ -438,7 +439,7 @@ func TestDeflateOffers(t *testing.T) {
 			name string
 			addr string
 			tlsc *tls.Config
-		}{{"own", plain.addr, nil}, {"net/http", secure.addr, &tls.Config{InsecureSkipVerify: true}}} {
+		}{{"own", plain.addr, nil}, {"tls", secure.addr, &tls.Config{InsecureSkipVerify: true}}, {"net/http", secure.addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12}}} {
 			c := dialZ(t, path.addr, "o", tc.offer, path.tlsc)
 			if got := c.ext != ""; got != tc.want {
 				t.Fatalf("%s path, offer %q: answered %q, want accepted=%v", path.name, tc.offer, c.ext, tc.want)
