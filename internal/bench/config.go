@@ -22,6 +22,7 @@ const (
 	ScenarioChurn     = "churn"
 	ScenarioStorm     = "storm"
 	ScenarioSend      = "send"
+	ScenarioSoak      = "soak"
 )
 
 // Scenarios lists every scenario in the order of the help.
@@ -66,6 +67,7 @@ type Config struct {
 	CPUProfile string        // --cpuprofile FILE
 	Reader     string        // --reader: loop (default) or goroutine
 	Spin       time.Duration // --spin: the reader loop polls this long before parking
+	Join       string        // --join ROOM: every connection joins ROOM with a join frame after its welcome
 
 	// Progress receives the live progress line (nil = none); Run writes
 	// one line per second, overwritten when ProgressTTY is set.
@@ -86,6 +88,7 @@ type settings struct {
 	jsonFile, htmlFile, cpuProfile string
 	reader                         string
 	spin                           time.Duration
+	join                           string
 }
 
 // newSet registers every bench setting (flag, WSGATE_ env and YAML key,
@@ -130,6 +133,8 @@ func newSet(s *settings) *config.Set {
 	set.String(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process to this file (to check that the bench is not the bottleneck)")
 	set.Duration(&s.spin, "spin", 0, "loop reader: keep polling this long after the last frame before sleeping (e.g. 2ms); "+
 		"on loopback a sleeping reader's wake-up is paid by the gateway's write, so use it when the bench has a core of its own")
+	set.String(&s.join, "join", "", "connect, broadcast: after its welcome every connection sends a join frame for this room and waits for the reply "+
+		"(connect time then includes the join; needs --jwt-secret: the token carries a rooms claim for it)")
 	set.String(&s.reader, "reader", ReaderLoop, "how the bench reads its connections: loop (an epoll event loop, ws:// only) or goroutine (one goroutine per connection, client.Conn.ReadRaw)")
 	return set
 }
@@ -142,7 +147,7 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin,
+		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, Join: s.join,
 	}
 	f, err := protocol.ParseFormat(s.format)
 	if err != nil {
@@ -286,6 +291,9 @@ func (c Config) Validate() error {
 		return errors.New("--reliable is only for push: reliable delivery is for user targets (contract §5)")
 	case len(c.API) == 0 && c.needsAPI():
 		return fmt.Errorf("--api is required for %s (node HTTP base URLs)", c.Scenario)
+	}
+	if err := c.validateJoin(); err != nil {
+		return err
 	}
 	if c.Rate == 0 && c.needsRate() {
 		return fmt.Errorf("--rate must be positive for %s", c.Scenario)

@@ -63,6 +63,7 @@ type ReportConfig struct {
 	Auth       string   `json:"auth"` // "jwt" or "insecure ?user="
 	GOMAXPROCS int      `json:"gomaxprocs"`
 	Reader     string   `json:"reader"` // loop or goroutine (--reader)
+	Join       string   `json:"join,omitempty"`
 }
 
 // ConnectionsReport counts connections: the first attempt of each slot
@@ -83,7 +84,8 @@ type ConnectionsReport struct {
 	CloseCodes   map[string]int64  `json:"close_codes,omitempty"`
 	RampS        float64           `json:"ramp_s"` // time to open every connection
 	ConnectRate  float64           `json:"connect_rate"`
-	ConnectTime  LatencyReport     `json:"connect_time"`
+	ConnectTime  LatencyReport     `json:"connect_time"`        // with --join: dial to the join's reply
+	JoinTime     *LatencyReport    `json:"join_time,omitempty"` // --join: welcome to the join's reply
 }
 
 // MessagesReport counts messages exactly. For each recipient connection,
@@ -257,7 +259,7 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		DurationS: cfg.Duration.Seconds(), SettleS: cfg.Settle.Seconds(), Ramp: cfg.Ramp,
 		Inflight: cfg.Inflight, Size: cfg.Size, Reliable: cfg.Reliable, Class: cfg.Class,
 		Format: cfg.Format.String(), Auth: auth, GOMAXPROCS: runtime.GOMAXPROCS(0),
-		Reader: r.readerName(),
+		Reader: r.readerName(), Join: cfg.Join,
 	}
 	if cfg.Scenario == ScenarioRoom {
 		rep.Config.Rooms = cfg.Rooms
@@ -288,6 +290,10 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		}
 	}
 	c.ConnectTime = latencyReport(r.connLat.Snapshot(), true)
+	if cfg.Join != "" {
+		j := latencyReport(r.joinLat.Snapshot(), false)
+		c.JoinTime = &j
+	}
 
 	// Messages.
 	if cfg.needsAPI() {
@@ -634,6 +640,9 @@ func (rep *Report) WriteSummary(w io.Writer) {
 	case ScenarioSend:
 		fmt.Fprintf(w, ", %g sends/s for %gs, %d B data", cfg.Rate, cfg.DurationS, cfg.Size)
 	}
+	if cfg.Join != "" {
+		fmt.Fprintf(w, ", each joining room %s", cfg.Join)
+	}
 	fmt.Fprintf(w, ", %s, %.1fs\n", cfg.Format, rep.ElapsedS)
 	if rep.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", rep.Error)
@@ -648,8 +657,16 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(tw, "  failures\t%s: %d\t(e.g. %s)\n", k, c.FailReasons[k], trim(c.FailSamples[k], 100))
 	}
 	ct := c.ConnectTime
-	fmt.Fprintf(tw, "connect time\tp50 %s\tp99 %s\tmax %s\tmean %s\t%d dials, %.0f/s over %.2fs\n",
-		fmtMS(ct.P50MS), fmtMS(ct.P99MS), fmtMS(ct.MaxMS), fmtMS(ct.MeanMS), c.Dials, c.ConnectRate, c.RampS)
+	label := "connect time"
+	if cfg.Join != "" {
+		label = "connect+join time"
+	}
+	fmt.Fprintf(tw, "%s\tp50 %s\tp99 %s\tmax %s\tmean %s\t%d dials, %.0f/s over %.2fs\n",
+		label, fmtMS(ct.P50MS), fmtMS(ct.P99MS), fmtMS(ct.MaxMS), fmtMS(ct.MeanMS), c.Dials, c.ConnectRate, c.RampS)
+	if j := c.JoinTime; j != nil {
+		fmt.Fprintf(tw, "  join %s\tp50 %s\tp99 %s\tmax %s\tmean %s\t%d replies\n",
+			cfg.Join, fmtMS(j.P50MS), fmtMS(j.P99MS), fmtMS(j.MaxMS), fmtMS(j.MeanMS), j.Count)
+	}
 	if m := rep.Messages; m != nil {
 		fmt.Fprintf(tw, "messages\tsent %d\texpected %d\treceived %d\tlost %d\tduplicated %d\t(%d recipients)\n",
 			m.Sent, m.Expected, m.Received, m.Lost, m.Duplicated, m.Recipients)
@@ -733,7 +750,11 @@ func (rep *Report) writeDerived(tw io.Writer, d Derived) {
 			fmtBytes(d.RSSPerConnBytes), fmtBytes(d.HeapPerConnBytes), d.GoroutinesPerConn, d.FDsPerConn, d.ConnsAdded)
 	}
 	if d.CPUPerConnectS > 0 {
-		fmt.Fprintf(tw, "  CPU per connect\t%s\t(%.2f cores while connecting)\n", fmtSeconds(d.CPUPerConnectS), d.ConnectCPUCores)
+		label := "CPU per connect"
+		if rep.Config.Join != "" {
+			label = "CPU per connect+join"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t(%.2f cores while connecting)\n", label, fmtSeconds(d.CPUPerConnectS), d.ConnectCPUCores)
 	}
 	if rep.Scenario != ScenarioConnect {
 		fmt.Fprintf(tw, "  load phase\t%.2fs\tCPU %.2fs\t%.2f cores\n", d.LoadS, d.LoadCPUSeconds, d.LoadCPUCores)

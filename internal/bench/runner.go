@@ -60,6 +60,7 @@ type runner struct {
 
 	lat     Histogram // end-to-end message latency
 	connLat Histogram // connect time
+	joinLat Histogram // --join: welcome to the join's reply
 	apiLat  Histogram // publish request time
 
 	// connections
