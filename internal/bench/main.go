@@ -32,6 +32,9 @@ func mainWith(args []string, env func(string) (string, bool), stdout, stderr io.
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		scenario, args = args[0], args[1:]
 	}
+	if scenario == ScenarioSoak {
+		_ = set.SetDefault("duration", soakDuration.String())
+	}
 	if err := set.Load(args, env); err != nil {
 		if errors.Is(err, config.ErrHelp) {
 			return 0
@@ -68,6 +71,20 @@ func mainWith(args []string, env func(string) (string, bool), stdout, stderr io.
 		// scanning thousands of goroutine stacks.
 		debug.SetGCPercent(400)
 	}
+	endHold := make(chan struct{})
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	holdDone := make(chan struct{})
+	defer close(holdDone)
+	go func() {
+		select {
+		case <-usr1:
+			close(endHold)
+		case <-holdDone:
+		}
+	}()
+	cfg.EndHold = endHold
 	cfg.Progress = stderr
 	cfg.ProgressTTY = isTerminal(stderr)
 

@@ -32,7 +32,7 @@ type pubMsg struct {
 // schedule the publisher fell.
 func (r *runner) publish(ctx context.Context) {
 	r.setPhase("publishing")
-	batch := r.cfg.Scenario == ScenarioPush
+	batch := r.cfg.Scenario == ScenarioPush || r.cfg.Scenario == ScenarioSoak
 	jobs := make(chan []pubMsg, r.cfg.Inflight)
 	var wg sync.WaitGroup
 	var rr atomic.Uint64
@@ -193,7 +193,7 @@ func (r *runner) appendPublish(dst []byte, m pubMsg, now int64) []byte {
 	dst = append(dst, `,"event":"bench","class":"`...)
 	dst = append(dst, r.cfg.Class...)
 	dst = append(dst, '"')
-	if r.cfg.Reliable {
+	if m.st.reliable {
 		dst = append(dst, `,"reliable":true`...)
 	}
 	dst = append(dst, `,"data":`...)

@@ -31,6 +31,8 @@ type Report struct {
 	Churn       *ChurnReport       `json:"churn,omitempty"`
 	Storm       *StormReport       `json:"storm,omitempty"`
 	Sends       *SendsReport       `json:"sends,omitempty"`
+	Soak        *SoakReport        `json:"soak,omitempty"`
+	Listen      *ListenReport      `json:"listen,omitempty"`
 	Nodes       []NodeReport       `json:"nodes"`
 	Total       NodeReport         `json:"nodes_total"`
 	Derived     Derived            `json:"derived"`
@@ -64,6 +66,9 @@ type ReportConfig struct {
 	GOMAXPROCS int      `json:"gomaxprocs"`
 	Reader     string   `json:"reader"` // loop or goroutine (--reader)
 	Join       string   `json:"join,omitempty"`
+
+	BroadcastRate float64 `json:"broadcast_rate,omitempty"` // soak
+	ChurnRate     float64 `json:"churn_rate,omitempty"`     // soak
 }
 
 // ConnectionsReport counts connections: the first attempt of each slot
@@ -261,6 +266,9 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		Format: cfg.Format.String(), Auth: auth, GOMAXPROCS: runtime.GOMAXPROCS(0),
 		Reader: r.readerName(), Join: cfg.Join,
 	}
+	if cfg.Scenario == ScenarioSoak {
+		rep.Config.BroadcastRate, rep.Config.ChurnRate = cfg.BroadcastRate, cfg.ChurnRate
+	}
 	if cfg.Scenario == ScenarioRoom {
 		rep.Config.Rooms = cfg.Rooms
 	}
@@ -303,7 +311,7 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		a := latencyReport(r.apiLat.Snapshot(), false)
 		rep.PublishAPI = &a
 	}
-	if cfg.Scenario == ScenarioChurn {
+	if cfg.Scenario == ScenarioChurn || cfg.Scenario == ScenarioSoak {
 		rep.Churn = &ChurnReport{
 			Cycles: r.churnCycles.Load(), Polite: r.churnPolite.Load(), Abrupt: r.churnAbrupt.Load(),
 			Reopened: r.churnDone.Load(), Skipped: r.churnSkipped.Load(), Pending: r.churnPending.Load(),
@@ -311,6 +319,12 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 	}
 	if cfg.Scenario == ScenarioStorm {
 		rep.Storm = r.stormReport()
+	}
+	if cfg.Scenario == ScenarioSoak {
+		rep.Soak = r.soakReport()
+	}
+	if cfg.Listen {
+		rep.Listen = r.listenReport()
 	}
 	if cfg.Scenario == ScenarioSend {
 		rep.Sends = r.sendsReport()
@@ -490,7 +504,7 @@ func (r *runner) derive(rep *Report) Derived {
 		d.ServerLatencyP50MS = promQuantile(lat, 0.50) * 1e3
 		d.ServerLatencyP99MS = promQuantile(lat, 0.99) * 1e3
 	}
-	if rep.Churn != nil && rep.Churn.Cycles > 0 {
+	if rep.Churn != nil && rep.Churn.Cycles > 0 && rep.Scenario == ScenarioChurn {
 		d.CPUPerCycleS = d.LoadCPUSeconds / float64(rep.Churn.Cycles)
 	}
 	if rep.Storm != nil && rep.Storm.Reconnected > 0 {
@@ -538,6 +552,7 @@ func (r *runner) checks(rep *Report) []Check {
 			"%d written: ok %d + unavailable %d + refused %d (%s) + unanswered %d; %d foreign replies",
 			s.Written, s.OK, s.Unavailable, s.Refused, s.RefusedCode, s.Unanswered, s.Foreign)
 	}
+	r.soakChecks(rep, add)
 	if s := rep.Storm; s != nil {
 		add("storm reconnection", s.Complete, "%d of %d reconnected in %.2fs", s.Reconnected, s.Dropped, s.FullReconnectS)
 	}
@@ -635,6 +650,8 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		if rep.Scenario == ScenarioRoom {
 			fmt.Fprintf(w, ", %d rooms", cfg.Rooms)
 		}
+	case ScenarioSoak:
+		fmt.Fprintf(w, ", %g reliable msg/s, %g broadcasts/s, %g cycles/s for %gs", cfg.Rate, cfg.BroadcastRate, cfg.ChurnRate, cfg.DurationS)
 	case ScenarioChurn:
 		fmt.Fprintf(w, ", %g cycles/s for %gs", cfg.Rate, cfg.DurationS)
 	case ScenarioSend:
@@ -700,6 +717,8 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(tw, "churn\tcycles %d\tclose frame %d\tdropped %d\treopened %d\tskipped %d\tpending %d\n",
 			ch.Cycles, ch.Polite, ch.Abrupt, ch.Reopened, ch.Skipped, ch.Pending)
 	}
+	rep.writeSoak(tw)
+	rep.writeListen(tw)
 	if s := rep.Storm; s != nil {
 		fmt.Fprintf(tw, "storm\tdropped %d\treconnected %d\tfull reconnection %.2fs\trate mean %.0f/s peak %.0f/s\tdials %d (failed %d)\n",
 			s.Dropped, s.Reconnected, s.FullReconnectS, s.MeanRate, s.PeakRate, s.Dials, s.DialFailures)

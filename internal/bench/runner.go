@@ -25,9 +25,10 @@ const maxDialing = 1000
 // order; the ones whose publish failed are remembered so that the final
 // count is exact.
 type stream struct {
-	id     uint64
-	target []byte // JSON {"type":..,"id":..}
-	next   atomic.Uint64
+	id       uint64
+	target   []byte // JSON {"type":..,"id":..}
+	reliable bool   // published with "reliable":true
+	next     atomic.Uint64
 
 	mu     sync.Mutex
 	failed []uint64
@@ -86,7 +87,8 @@ type runner struct {
 	targetOnce sync.Once
 	targetDone chan struct{}
 
-	sends sendState // the send scenario
+	sends     sendState // the send scenario
+	soakState soakState // the soak scenario
 
 	// storm
 	stormOn                  atomic.Bool
@@ -162,6 +164,9 @@ func newRunner(cfg Config) *runner {
 		},
 		scraper: newScraper(cfg.Metrics),
 	}
+	if cfg.RunID != "" {
+		r.runID = cfg.RunID
+	}
 	r.target.Store(1<<62 - 1)
 	r.phase.Store("start")
 	r.buildSlots()
@@ -188,16 +193,22 @@ func (r *runner) buildSlots() {
 	switch cfg.Scenario {
 	case ScenarioBroadcast:
 		r.streams = []*stream{{id: 0, target: []byte(`{"type":"broadcast"}`)}}
-	case ScenarioPush:
+	case ScenarioPush, ScenarioSoak:
 		r.streams = make([]*stream, cfg.Users)
 		for u := range cfg.Users {
-			r.streams[u] = &stream{id: uint64(u), target: target(protocol.TargetUser, userName(u, cfg.Users))}
+			r.streams[u] = &stream{id: uint64(u), target: target(protocol.TargetUser, userName(u, cfg.Users)), reliable: cfg.Reliable}
+		}
+		if cfg.Scenario == ScenarioSoak {
+			r.soakState.bstream = &stream{id: uint64(cfg.Users), target: []byte(`{"type":"broadcast"}`)}
 		}
 	case ScenarioRoom:
 		r.streams = make([]*stream, cfg.Rooms)
 		for k := range cfg.Rooms {
 			r.streams[k] = &stream{id: uint64(k), target: target(protocol.TargetRoom, r.roomName(k))}
 		}
+	}
+	if cfg.Scenario == ScenarioConnect && cfg.Listen {
+		r.soakState.bstream = r.listenStream()
 	}
 	r.slots = make([]*slot, cfg.Conns)
 	for n := range cfg.Conns {
@@ -208,6 +219,10 @@ func (r *runner) buildSlots() {
 			s.stream = r.streams[0]
 		case ScenarioPush:
 			s.stream = r.streams[u]
+		case ScenarioSoak:
+			s.stream, s.bcast = r.streams[u], r.soakState.bstream
+		case ScenarioConnect:
+			s.bcast = r.soakState.bstream // --listen; else nil
 		case ScenarioRoom:
 			s.stream = r.streams[u%cfg.Rooms]
 		}
