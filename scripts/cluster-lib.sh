@@ -72,7 +72,7 @@ wait_healthy() {
 
 # node_conns URL: the node's wsgate_connections.
 node_conns() {
-	curl -fsS "$1/metrics" 2>/dev/null | awk '$1 == "wsgate_connections" { print $2; f = 1 } END { if (!f) print 0 }'
+	curl -fsS "$1/metrics" 2>/dev/null | awk '$1 == "wsgate_connections" { printf "%d\n", $2; f = 1 } END { if (!f) print 0 }'
 }
 
 # build_wsgate OUT: go build the binary of this checkout into OUT.

@@ -55,6 +55,10 @@ type Config struct {
 	SourceIPs  []netip.Addr
 	Conns      int           // --conns
 	Users      int           // --users: distinct users (0 = Conns)
+	UserOffset int           // --user-offset: the first user is bench-<offset>
+	// RetryInitial (--retry): a first connection attempt that failed for
+	// a reason a client retries is tried again with the client's backoff.
+	RetryInitial bool
 	Rooms      int           // --rooms
 	Rate       float64       // --rate (0 = the scenario's default)
 	Duration   time.Duration // --duration of the load phase
@@ -110,6 +114,8 @@ type settings struct {
 	churnRate, broadcastRate, tol  float64
 	sampleEvery, warmup            time.Duration
 	runID                          string
+	userOffset                     int
+	retry                          bool
 	listen                         bool
 }
 
@@ -160,6 +166,9 @@ func newSet(s *settings) *config.Set {
 		"on loopback a sleeping reader's wake-up is paid by the gateway's write, so use it when the bench has a core of its own")
 	set.String(&s.join, "join", "", "connect, broadcast: after its welcome every connection sends a join frame for this room and waits for the reply "+
 		"(connect time then includes the join; needs --jwt-secret: the token carries a rooms claim for it)")
+	set.Int(&s.userOffset, "user-offset", 0, "users are bench-<offset> .. bench-<offset+users-1>: bench processes given different offsets hold distinct users")
+	set.Bool(&s.retry, "retry", false, "a first connection attempt refused for a reason a client retries (503, timeout, reset, join unavailable) "+
+		"is tried again with the client's backoff until it succeeds or the run ends; every failure is still counted")
 	set.String(&s.runID, "run-id", "", "the run's id in every message's data (default: random); processes that share it count each other's messages")
 	set.Bool(&s.listen, "listen", false, "connect: count the broadcasts of --run-id (stream 0) that others publish while the connections are held; "+
 		"SIGUSR1 ends the hold before --settle (several bench processes measuring one broadcast: scripts/million.sh)")
@@ -180,7 +189,7 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, Join: s.join, RunID: s.runID, Listen: s.listen,
+		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, Join: s.join, RunID: s.runID, Listen: s.listen, UserOffset: s.userOffset, RetryInitial: s.retry,
 		ChurnRate: s.churnRate, BroadcastRate: s.broadcastRate, SampleEvery: s.sampleEvery, Warmup: s.warmup, TolerancePct: s.tol,
 	}
 	f, err := protocol.ParseFormat(s.format)
@@ -317,6 +326,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Conns < 1:
 		return fmt.Errorf("--conns must be at least 1, got %d", c.Conns)
+	case c.UserOffset < 0:
+		return fmt.Errorf("--user-offset must not be negative, got %d", c.UserOffset)
 	case c.Users < 0:
 		return fmt.Errorf("--users must not be negative, got %d", c.Users)
 	case c.Rooms < 1:

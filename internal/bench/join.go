@@ -104,6 +104,21 @@ func (s *slot) join(ctx context.Context, cc *client.Conn) ([]earlyFrame, error) 
 	}
 }
 
+// retryable reports whether a client would try again after err: not
+// after a 4xx refusal of the handshake, nor after a join refused for any
+// other reason than the node being unable to serve it.
+func retryable(err error) bool {
+	var he *client.HandshakeError
+	var je *JoinError
+	switch {
+	case errors.As(err, &he):
+		return he.Retryable()
+	case errors.As(err, &je):
+		return je.Code == protocol.ErrUnavailable
+	}
+	return true
+}
+
 // handleEarly handles the frames that came before the join's reply, on
 // the slot's goroutine before the connection's reader starts.
 func (s *slot) handleEarly(c *wsConn, early []earlyFrame) {

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/testutil/proc"
+	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 )
 
 // TestConnectListen: a connect --listen run counts the broadcasts of its
@@ -92,4 +97,64 @@ func nodeMetric(base, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestConnectRetry: with --retry a first attempt that failed (here: the
+// address's listener closes every connection at once) is tried again with
+// the client's backoff, and the run ends with every connection open once
+// a node listens there, the failures counted.
+func TestConnectRetry(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	accepted := make(chan struct{}, 1000)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	end := make(chan struct{})
+	close(end) // no hold
+	done := make(chan *Report, 1)
+	go func() {
+		rep, _ := Run(context.Background(), Config{Scenario: ScenarioConnect, URLs: []string{"ws://" + addr + "/ws"},
+			Conns: 10, Ramp: 1000, Duration: time.Second, RetryInitial: true, EndHold: end})
+		done <- rep
+	}()
+	for range 11 { // the baseline scrape and the 10 first attempts
+		select {
+		case <-accepted:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the bench did not dial")
+		}
+	}
+	l.Close()
+	cmd := exec.Command(wsgatebin.Path(t), "dev", "--listen", addr)
+	cmd.Env = cleanEnv()
+	g := proc.Start(t, "wsgate dev", cmd)
+	t.Cleanup(func() {
+		if !g.Stop(10 * time.Second) {
+			g.Kill()
+		}
+	})
+	var rep *Report
+	select {
+	case rep = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the run did not end")
+	}
+	c := rep.Connections
+	if c.Succeeded != 10 || c.Attempted != 10 {
+		t.Errorf("succeeded %d of %d, want 10 of 10 (failures %v)", c.Succeeded, c.Attempted, c.FailReasons)
+	}
+	if c.DialFailures < 10 {
+		t.Errorf("%d dial failures (%v), want every first attempt counted", c.DialFailures, c.FailReasons)
+	}
 }

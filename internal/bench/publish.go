@@ -254,7 +254,7 @@ func (r *runner) membership(ctx context.Context, method string) error {
 	}
 	for u := range r.cfg.Users {
 		select {
-		case work <- pair{r.roomName(u % r.cfg.Rooms), userName(u, r.cfg.Users)}:
+		case work <- pair{r.roomName(u % r.cfg.Rooms), r.user(u)}:
 		case <-ctx.Done():
 		}
 	}

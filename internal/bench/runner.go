@@ -177,6 +177,10 @@ func newRunner(cfg Config) *runner {
 // userName is the user of slot n: bench-<n mod users>.
 func userName(n, users int) string { return "bench-" + strconv.Itoa(n%users) }
 
+// user is the user of slot n in this run: bench-<--user-offset + n mod
+// users>, so that several bench processes can hold distinct users.
+func (r *runner) user(n int) string { return "bench-" + strconv.Itoa(r.cfg.UserOffset+n%r.cfg.Users) }
+
 // roomName is room k of this run (unique per run, so that memberships of
 // earlier runs never mix in).
 func (r *runner) roomName(k int) string { return "bench-" + r.runID + "-" + strconv.Itoa(k) }
@@ -196,7 +200,7 @@ func (r *runner) buildSlots() {
 	case ScenarioPush, ScenarioSoak:
 		r.streams = make([]*stream, cfg.Users)
 		for u := range cfg.Users {
-			r.streams[u] = &stream{id: uint64(u), target: target(protocol.TargetUser, userName(u, cfg.Users)), reliable: cfg.Reliable}
+			r.streams[u] = &stream{id: uint64(u), target: target(protocol.TargetUser, r.user(u)), reliable: cfg.Reliable}
 		}
 		if cfg.Scenario == ScenarioSoak {
 			r.soakState.bstream = &stream{id: uint64(cfg.Users), target: []byte(`{"type":"broadcast"}`)}
@@ -212,7 +216,7 @@ func (r *runner) buildSlots() {
 	}
 	r.slots = make([]*slot, cfg.Conns)
 	for n := range cfg.Conns {
-		s := &slot{r: r, n: n, user: userName(n, cfg.Users)}
+		s := &slot{r: r, n: n, user: r.user(n)}
 		u := n % cfg.Users
 		switch cfg.Scenario {
 		case ScenarioBroadcast:

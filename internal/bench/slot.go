@@ -72,6 +72,11 @@ func (s *slot) run() {
 		}
 		c, err := s.dial(r.dialCtx)
 		if err != nil {
+			if initial && r.cfg.RetryInitial && retryable(err) {
+				wait = backoffDelay(attempt) // the failure is counted; try again
+				attempt++
+				continue
+			}
 			if initial {
 				r.initialFinished(false)
 				return
