@@ -56,9 +56,6 @@ type Config struct {
 	Conns      int           // --conns
 	Users      int           // --users: distinct users (0 = Conns)
 	UserOffset int           // --user-offset: the first user is bench-<offset>
-	// RetryInitial (--retry): a first connection attempt that failed for
-	// a reason a client retries is tried again with the client's backoff.
-	RetryInitial bool
 	Rooms      int           // --rooms
 	Rate       float64       // --rate (0 = the scenario's default)
 	Duration   time.Duration // --duration of the load phase
@@ -79,6 +76,9 @@ type Config struct {
 
 	RunID  string // --run-id: the run's id in every message's data (default random)
 	Listen bool   // --listen (connect): count this run's broadcasts published by others (listen.go)
+	// RetryInitial (--retry): a first connection attempt that failed for
+	// a reason a client retries is tried again with the client's backoff.
+	RetryInitial bool
 
 	// EndHold, when it closes, ends the connect scenario's hold before
 	// --settle (SIGUSR1 in the CLI).
