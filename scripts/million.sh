@@ -4,7 +4,8 @@
 #
 #   scripts/million.sh [--conns N] [--nodes G] [--out DIR] [--timeout SECS]
 #                      [--connect-rate R (all processes, default 2000/s)]
-#                      [--refresh-window SECS]
+#                      [--refresh-window SECS] [--mem-floor MiB]
+#                      [--dialing N (handshakes in flight per load process)]
 #                      [--set-sysctl] [--wsgate BIN]
 #
 # It starts one private Redis (a free port, its own key prefix; never a
@@ -27,6 +28,10 @@
 #     receive latencies as a histogram; the script merges the histograms
 #     into one p50/p99/max (and also shows the largest per-process p99).
 #
+# While connecting it watches MemAvailable: below --mem-floor (3 GiB) it
+# stops the ramps (SIGUSR2 to the load processes) and measures what is
+# open, saying so, rather than let the kernel's OOM killer choose.
+#
 # Then it ends the hold (SIGUSR1), waits for the load processes' reports
 # and stops everything it started (also on error, Ctrl-C or --timeout).
 # The report: DIR/report.txt and DIR/report.json, with every raw snapshot
@@ -47,6 +52,8 @@ out=/tmp/wsgate-million-$(date +%Y%m%d-%H%M%S)
 timeout=1800
 rate=2000
 window=65
+floor_mib=3072
+dialing=16
 set_sysctl=0
 bin=
 while (($#)); do
@@ -57,6 +64,8 @@ while (($#)); do
 	--timeout) timeout=$2; shift 2 ;;
 	--connect-rate) rate=$2; shift 2 ;;
 	--refresh-window) window=$2; shift 2 ;;
+	--mem-floor) floor_mib=$2; shift 2 ;;
+	--dialing) dialing=$2; shift 2 ;;
 	--set-sysctl) set_sysctl=1; shift ;;
 	--wsgate) bin=$2; shift 2 ;;
 	-h | --help) sed -n '2,38p' "$0"; exit 0 ;;
@@ -151,14 +160,18 @@ snapshot() { # NAME: every raw figure at this moment, into DIR/NAME.*
 		cpu=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
 		echo "$i $pid $rss $cpu $(node_conns "http://127.0.0.1:${ports[i]}")" >>"$out/$name.nodes"
 	done
+	: >"$out/$name.loads"
+	for pid in "${loadpids[@]}"; do
+		awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$pid/status" 2>/dev/null >>"$out/$name.loads" || true
+	done
 	date +%s.%N >"$out/$name.time"
 }
+loadpids=()
 snapshot before
 
 # ---- connect ------------------------------------------------------------
 ramp=$(awk -v r="$rate" -v n="$nodes" 'BEGIN { printf "%d", r / n < 1 ? 1 : r / n }')
 log "opening $conns connections: $nodes load processes of $per, ${ramp}/s each, each joining room bench"
-loadpids=()
 left=$conns
 for i in $(seq 0 $((nodes - 1))); do
 	n=$((left < per ? left : per))
@@ -166,7 +179,7 @@ for i in $(seq 0 $((nodes - 1))); do
 	b=$((i % 250 + 1)) c=$((i / 250 + 1))
 	GOGC=100 "$bin" bench connect --url "ws://127.0.0.1:${ports[i]}/ws" --api "http://127.0.0.1:${ports[i]}" \
 		--conns "$n" --user-offset $((i * per)) --retry --join bench --jwt-secret "$secret" --api-key "$key" --listen --run-id "$run" \
-		--source-ips "127.$c.$b.1-127.$c.$b.$ips_per" --ramp "$ramp" --settle "${timeout}s" --quiet \
+		--source-ips "127.$c.$b.1-127.$c.$b.$ips_per" --ramp "$ramp" --dialing "$dialing" --settle "${timeout}s" --quiet \
 		--json "$out/load$i.json" >"$out/load$i.txt" 2>&1 &
 	loadpids+=($!)
 	PIDS+=($!)
@@ -176,7 +189,7 @@ total_conns() {
 	for p in "${ports[@]}"; do t=$((t + $(node_conns "http://127.0.0.1:$p"))); done
 	echo "$t"
 }
-last=0 still=0
+last=0 still=0 stopped=
 while :; do
 	sleep 5
 	now=$(total_conns)
@@ -187,10 +200,20 @@ while :; do
 	alive=0
 	for p in "${loadpids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
 	if ((still >= 60 || alive < nodes)); then
-		log "connections stopped growing at $now ($alive of $nodes load processes alive); measuring what is open"
+		stopped="connections stopped growing at $now ($alive of $nodes load processes alive)"
+		log "$stopped; measuring what is open"
+		break
+	fi
+	avail_mib=$(($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) / 1024))
+	if ((avail_mib < floor_mib)); then
+		stopped="MemAvailable fell to $avail_mib MiB (floor $floor_mib MiB) at $now connections: ramps stopped"
+		log "$stopped"
+		kill -USR2 "${loadpids[@]}" 2>/dev/null || true
+		sleep 20 # the handshakes in progress end
 		break
 	fi
 done
+echo "${stopped:-}" >"$out/stopped.txt"
 connect_s=$(($(date +%s) - start))
 sleep 15 # the nodes hand the handshakes' garbage back to the kernel after a burst
 held=$(total_conns)
@@ -270,7 +293,12 @@ def kib(b):
 clk = os.sysconf("SC_CLK_TCK")
 
 rep = {"connections_wanted": want, "nodes": nodes, "connections_held": held, "connect_phase_s": connect_s}
-lines = [f"wsgate: {held:,} of {want:,} connections held over {nodes} nodes (connect phase {connect_s} s)", ""]
+lines = [f"wsgate: {held:,} of {want:,} connections held over {nodes} nodes (connect phase {connect_s} s)"]
+stopped = open(f"{out}/stopped.txt").read().strip()
+if stopped:
+    lines.append(f"  short of the target: {stopped}")
+rep["stopped"] = stopped
+lines.append("")
 
 # Nodes: RSS per connection, before -> held.
 b, h = nodes_of("before"), nodes_of("held")
@@ -303,14 +331,19 @@ for f in sorted(glob.glob(f"{out}/load*.json")):
         loads.append(json.load(open(f)))
     except Exception as e:
         lines.append(f"  (unreadable {os.path.basename(f)}: {e})")
-load_rss = sum(l["bench_process"]["max_rss_bytes"] for l in loads)
+def loads_rss(name):
+    try:
+        return sum(int(x) for x in open(f"{out}/{name}.loads").read().split())
+    except FileNotFoundError:
+        return 0
+load_rss = loads_rss("held")
 node_rss = sum(x["rss"] - b[i]["rss"] for i, x in h.items())
 sb, sh = sockstat("before"), sockstat("held")
 rep["machine"] = {"mem_available_drop_bytes": avail, "per_conn_bytes": avail / held, "slab_growth_bytes": slab,
-                  "slab_per_conn_bytes": slab / held, "load_processes_max_rss_bytes": load_rss,
+                  "slab_per_conn_bytes": slab / held, "load_processes_rss_bytes": load_rss,
                   "nodes_rss_growth_bytes": node_rss, "sockstat_before": sb, "sockstat_held": sh}
 lines.append(f"machine memory per connection (MemAvailable drop): {kib(avail / held)} in all, both ends: "
-             f"kernel Slab {kib(slab / held)}, nodes {kib(node_rss / held)}, load processes (max RSS) {kib(load_rss / held)}, Redis {kib(rm / held)}")
+             f"kernel Slab {kib(slab / held)}, nodes {kib(node_rss / held)}, load processes (RSS) {kib(load_rss / held)}, Redis {kib(rm / held)}")
 lines.append(f"  sockstat: TCP inuse {sb.get('TCP inuse')} -> {sh.get('TCP inuse')}, mem {sb.get('TCP mem')} -> {sh.get('TCP mem')} pages; "
              f"sockets used {sb.get('sockets used')} -> {sh.get('sockets used')}")
 

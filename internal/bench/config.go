@@ -79,10 +79,16 @@ type Config struct {
 	// RetryInitial (--retry): a first connection attempt that failed for
 	// a reason a client retries is tried again with the client's backoff.
 	RetryInitial bool
+	// Dialing (--dialing) bounds the handshakes in progress at once (0 =
+	// maxDialing): with many bench processes on one machine, a small
+	// bound makes the connect rate follow what the nodes can take.
+	Dialing int
 
 	// EndHold, when it closes, ends the connect scenario's hold before
 	// --settle (SIGUSR1 in the CLI).
 	EndHold <-chan struct{} `json:"-"`
+	// EndRamp, when it closes, stops opening connections (SIGUSR2).
+	EndRamp <-chan struct{} `json:"-"`
 
 	// The soak (soak.go).
 	ChurnRate     float64       // --churn-rate: connections closed and reopened per second
@@ -116,6 +122,7 @@ type settings struct {
 	runID                          string
 	userOffset                     int
 	retry                          bool
+	dialing                        int
 	listen                         bool
 }
 
@@ -169,6 +176,7 @@ func newSet(s *settings) *config.Set {
 	set.Int(&s.userOffset, "user-offset", 0, "users are bench-<offset> .. bench-<offset+users-1>: bench processes given different offsets hold distinct users")
 	set.Bool(&s.retry, "retry", false, "a first connection attempt refused for a reason a client retries (503, timeout, reset, join unavailable) "+
 		"is tried again with the client's backoff until it succeeds or the run ends; every failure is still counted")
+	set.Int(&s.dialing, "dialing", maxDialing, "handshakes in progress at once, at most (with --ramp the upper bound of the connect rate)")
 	set.String(&s.runID, "run-id", "", "the run's id in every message's data (default: random); processes that share it count each other's messages")
 	set.Bool(&s.listen, "listen", false, "connect: count the broadcasts of --run-id (stream 0) that others publish while the connections are held; "+
 		"SIGUSR1 ends the hold before --settle (several bench processes measuring one broadcast: scripts/million.sh)")
@@ -189,7 +197,7 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, Join: s.join, RunID: s.runID, Listen: s.listen, UserOffset: s.userOffset, RetryInitial: s.retry,
+		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, Join: s.join, RunID: s.runID, Listen: s.listen, UserOffset: s.userOffset, RetryInitial: s.retry, Dialing: s.dialing,
 		ChurnRate: s.churnRate, BroadcastRate: s.broadcastRate, SampleEvery: s.sampleEvery, Warmup: s.warmup, TolerancePct: s.tol,
 	}
 	f, err := protocol.ParseFormat(s.format)
@@ -326,6 +334,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Conns < 1:
 		return fmt.Errorf("--conns must be at least 1, got %d", c.Conns)
+	case c.Dialing < 0 || c.Dialing > 100000:
+		return fmt.Errorf("--dialing must be between 1 and 100000, got %d", c.Dialing)
 	case c.UserOffset < 0:
 		return fmt.Errorf("--user-offset must not be negative, got %d", c.UserOffset)
 	case c.Users < 0:

@@ -158,3 +158,21 @@ func TestConnectRetry(t *testing.T) {
 		t.Errorf("%d dial failures (%v), want every first attempt counted", c.DialFailures, c.FailReasons)
 	}
 }
+
+// TestConnectEndRamp: closing EndRamp (SIGUSR2) stops opening
+// connections; the run holds the ones opened and ends normally.
+func TestConnectEndRamp(t *testing.T) {
+	g := startGateway(t, "dev")
+	endRamp, endHold := make(chan struct{}), make(chan struct{})
+	close(endRamp)
+	close(endHold)
+	rep, err := Run(context.Background(), Config{Scenario: ScenarioConnect, URLs: []string{g.wsURL()}, Conns: 1000, Ramp: 10,
+		Duration: time.Second, EndRamp: endRamp, EndHold: endHold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Connections
+	if c.Attempted == 0 || c.Attempted >= 1000 || c.Succeeded != c.Attempted {
+		t.Errorf("attempted %d, succeeded %d; want the few started before the ramp ended, all open", c.Attempted, c.Succeeded)
+	}
+}

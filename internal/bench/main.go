@@ -71,20 +71,30 @@ func mainWith(args []string, env func(string) (string, bool), stdout, stderr io.
 		// scanning thousands of goroutine stacks.
 		debug.SetGCPercent(400)
 	}
-	endHold := make(chan struct{})
-	usr1 := make(chan os.Signal, 1)
+	// SIGUSR1 ends the connect hold, SIGUSR2 the ramp (listen.go).
+	endHold, endRamp := make(chan struct{}), make(chan struct{})
+	usr1, usr2 := make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
+	signal.Notify(usr2, syscall.SIGUSR2)
 	defer signal.Stop(usr1)
+	defer signal.Stop(usr2)
 	holdDone := make(chan struct{})
 	defer close(holdDone)
 	go func() {
-		select {
-		case <-usr1:
-			close(endHold)
-		case <-holdDone:
+		for usr1 != nil || usr2 != nil {
+			select {
+			case <-usr1:
+				close(endHold)
+				usr1 = nil
+			case <-usr2:
+				close(endRamp)
+				usr2 = nil
+			case <-holdDone:
+				return
+			}
 		}
 	}()
-	cfg.EndHold = endHold
+	cfg.EndHold, cfg.EndRamp = endHold, endRamp
 	cfg.Progress = stderr
 	cfg.ProgressTTY = isTerminal(stderr)
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -144,7 +145,7 @@ func newRunner(cfg Config) *runner {
 		runID:       hex.EncodeToString(id[:]),
 		dialCtx:     ctx,
 		stopDials:   cancel,
-		dialSem:     make(chan struct{}, maxDialing),
+		dialSem:     make(chan struct{}, cmp.Or(cfg.Dialing, maxDialing)),
 		src:         newSourcePicker(cfg.SourceIPs),
 		initialDone: make(chan struct{}),
 		targetDone:  make(chan struct{}),
@@ -280,6 +281,12 @@ func (r *runner) openAll(ctx context.Context) error {
 		}
 		select {
 		case <-tick.C:
+		case <-r.cfg.EndRamp: // the slots not launched are not attempted
+			left := n - launched
+			n = launched
+			if left > 0 && r.initialLeft.Add(-int64(left)) == 0 {
+				close(r.initialDone)
+			}
 		case <-ctx.Done():
 			r.initialLeft.Add(-int64(n - launched))
 			return ctx.Err()

@@ -40,6 +40,7 @@ func (r *runner) scenario(ctx context.Context) error {
 	switch r.cfg.Scenario {
 	case ScenarioConnect:
 		r.setPhase("settle")
+		compact()
 		r.hold(ctx)
 		r.openAtEnd = r.open.Load()
 		r.sample(ctx, "end")
