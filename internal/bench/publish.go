@@ -67,6 +67,9 @@ loop:
 		}
 		storeMax(&r.pubLag, int64(el)-int64(float64(produced)/rate*1e9))
 		for due > 0 {
+			if time.Since(start) >= dur && float64(total-produced) > max(1, rate/10) {
+				break loop // behind schedule at the end: stop short, no catch-up burst
+			}
 			n := int64(1)
 			if batch {
 				n = min(due, maxBatch)
