@@ -25,10 +25,11 @@ const (
 	ScenarioChurn     = "churn"
 	ScenarioStorm     = "storm"
 	ScenarioSend      = "send"
+	ScenarioSoak      = "soak"
 )
 
 // Scenarios lists every scenario in the order of the help.
-var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend}
+var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend, ScenarioSoak}
 
 // defaultRate is the --rate of each scenario when the flag is 0.
 var defaultRate = map[string]float64{
@@ -37,7 +38,11 @@ var defaultRate = map[string]float64{
 	ScenarioRoom:      100,  // room messages per second
 	ScenarioChurn:     100,  // connections closed and reopened per second
 	ScenarioSend:      1000, // send frames per second
+	ScenarioSoak:      5000, // reliable user messages per second
 }
+
+// soakDuration is the --duration of the soak when the flag is not given.
+const soakDuration = 10 * time.Minute
 
 // Config is one bench run. Zero values take the documented defaults
 // (withDefaults); Validate names the setting of the first problem.
@@ -53,6 +58,7 @@ type Config struct {
 	SourceIPs  []netip.Addr
 	Conns      int           // --conns
 	Users      int           // --users: distinct users (0 = Conns)
+	UserOffset int           // --user-offset: the first user is bench-<offset>
 	Rooms      int           // --rooms
 	Rate       float64       // --rate (0 = the scenario's default)
 	Duration   time.Duration // --duration of the load phase
@@ -73,6 +79,30 @@ type Config struct {
 	Spin       time.Duration // --spin: the reader loop polls this long before parking
 	CAFile     string        // --ca: PEM certificates that verify wss:// and https:// nodes (default: the system's)
 	TLS        *tls.Config   `json:"-"` // from CAFile (nil: the system's roots)
+	Join       string        // --join ROOM: every connection joins ROOM with a join frame after its welcome
+
+	RunID  string // --run-id: the run's id in every message's data (default random)
+	Listen bool   // --listen (connect): count this run's broadcasts published by others (listen.go)
+	// RetryInitial (--retry): a first connection attempt that failed for
+	// a reason a client retries is tried again with the client's backoff.
+	RetryInitial bool
+	// Dialing (--dialing) bounds the handshakes in progress at once (0 =
+	// maxDialing): with many bench processes on one machine, a small
+	// bound makes the connect rate follow what the nodes can take.
+	Dialing int
+
+	// EndHold, when it closes, ends the connect scenario's hold before
+	// --settle (SIGUSR1 in the CLI).
+	EndHold <-chan struct{} `json:"-"`
+	// EndRamp, when it closes, stops opening connections (SIGUSR2).
+	EndRamp <-chan struct{} `json:"-"`
+
+	// The soak (soak.go).
+	ChurnRate     float64       // --churn-rate: connections closed and reopened per second
+	BroadcastRate float64       // --broadcast-rate: broadcasts per second
+	SampleEvery   time.Duration // --sample-every: node samples
+	Warmup        time.Duration // --warmup: not judged for stability
+	TolerancePct  float64       // --tolerance: stability band, percent of the baseline
 
 	// Progress receives the live progress line (nil = none); Run writes
 	// one line per second, overwritten when ProgressTTY is set.
@@ -96,6 +126,14 @@ type settings struct {
 	reader                         string
 	spin                           time.Duration
 	caFile                         string
+	join                           string
+	churnRate, broadcastRate, tol  float64
+	sampleEvery, warmup            time.Duration
+	runID                          string
+	userOffset                     int
+	retry                          bool
+	dialing                        int
+	listen                         bool
 }
 
 // newSet registers every bench setting (flag, WSGATE_ env and YAML key,
@@ -113,7 +151,10 @@ func newSet(s *settings) *config.Set {
 		"  room       --users join --rooms through the API; room messages at --rate: latency, loss\n" +
 		"  churn      close and reopen --rate connections per second; checks nothing leaks\n" +
 		"  storm      drop every connection at once; reconnect with backoff: time to full reconnection\n" +
-		"  send       send frames at --rate to the node's upstream sink: replies ok/unavailable, reply latency, CPU per record"
+		"  send       send frames at --rate to the node's upstream sink: replies ok/unavailable, reply latency, CPU per record\n" +
+		"  soak       --conns idle connections, --churn-rate of them reopened per second, --rate reliable user messages and\n" +
+		"             --broadcast-rate broadcasts per second for --duration (default 10m): 0 lost, 0 duplicated, node RSS,\n" +
+		"             goroutines and descriptors within --tolerance after --warmup"
 	set.List(&s.url, "url", []string{"ws://127.0.0.1:8080/ws"}, "gateway WebSocket URL, or a comma list of node URLs (connections spread round-robin)")
 	set.String(&s.allocator, "allocator", "", "allocator base URL (http://host:port); when set, every dial asks /v1/allocate?user= first")
 	set.List(&s.api, "api", nil, "comma list of node HTTP base URLs for publishing and room membership").DefaultText("derived from --url")
@@ -143,6 +184,20 @@ func newSet(s *settings) *config.Set {
 	set.Duration(&s.spin, "spin", 0, "loop reader: keep polling this long after the last frame before sleeping (e.g. 2ms); "+
 		"on loopback a sleeping reader's wake-up is paid by the gateway's write, so use it when the bench has a core of its own")
 	set.String(&s.caFile, "ca", "", "PEM file of the certificates (or their CA) that verify wss:// and https:// nodes; default: the system's roots")
+	set.String(&s.join, "join", "", "connect, broadcast: after its welcome every connection sends a join frame for this room and waits for the reply "+
+		"(connect time then includes the join; needs --jwt-secret: the token carries a rooms claim for it)")
+	set.Int(&s.userOffset, "user-offset", 0, "users are bench-<offset> .. bench-<offset+users-1>: bench processes given different offsets hold distinct users")
+	set.Bool(&s.retry, "retry", false, "a first connection attempt refused for a reason a client retries (503, timeout, reset, join unavailable) "+
+		"is tried again with the client's backoff until it succeeds or the run ends; every failure is still counted")
+	set.Int(&s.dialing, "dialing", maxDialing, "handshakes in progress at once, at most (with --ramp the upper bound of the connect rate)")
+	set.String(&s.runID, "run-id", "", "the run's id in every message's data (default: random); processes that share it count each other's messages")
+	set.Bool(&s.listen, "listen", false, "connect: count the broadcasts of --run-id (stream 0) that others publish while the connections are held; "+
+		"SIGUSR1 ends the hold before --settle (several bench processes measuring one broadcast: scripts/million.sh)")
+	set.Float(&s.churnRate, "churn-rate", 200, "soak: connections closed and reopened per second")
+	set.Float(&s.broadcastRate, "broadcast-rate", 1, "soak: broadcasts per second")
+	set.Duration(&s.sampleEvery, "sample-every", 5*time.Second, "soak: how often the nodes' RSS, goroutines and descriptors are read")
+	set.Duration(&s.warmup, "warmup", time.Minute, "soak: the start of the load not judged for stability")
+	set.Float(&s.tol, "tolerance", 5, "soak: after --warmup each node's RSS, goroutines and descriptors must stay within this many percent of their baseline")
 	set.String(&s.reader, "reader", ReaderLoop, "how the bench reads its connections: loop (an epoll event loop, ws:// only) or goroutine (one goroutine per connection, client.Conn.ReadRaw)")
 	return set
 }
@@ -155,7 +210,8 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Fill: s.fill, Compress: s.compression, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, CAFile: s.caFile,
+		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, CAFile: s.caFile, Join: s.join, RunID: s.runID, Listen: s.listen, UserOffset: s.userOffset, RetryInitial: s.retry, Dialing: s.dialing,
+		ChurnRate: s.churnRate, BroadcastRate: s.broadcastRate, SampleEvery: s.sampleEvery, Warmup: s.warmup, TolerancePct: s.tol,
 	}
 	f, err := protocol.ParseFormat(s.format)
 	if err != nil {
@@ -226,6 +282,24 @@ func (c Config) withDefaults() Config {
 	if c.Reader == "" {
 		c.Reader = ReaderLoop
 	}
+	if c.Scenario == ScenarioSoak {
+		c.Reliable = true // the soak's user messages are reliable
+		if c.Duration == 0 {
+			c.Duration = soakDuration
+		}
+		if c.ChurnRate == 0 {
+			c.ChurnRate = 200
+		}
+		if c.BroadcastRate == 0 {
+			c.BroadcastRate = 1
+		}
+		if c.SampleEvery == 0 {
+			c.SampleEvery = 5 * time.Second
+		}
+		if c.TolerancePct == 0 {
+			c.TolerancePct = 5
+		}
+	}
 	return c
 }
 
@@ -284,6 +358,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Conns < 1:
 		return fmt.Errorf("--conns must be at least 1, got %d", c.Conns)
+	case c.Dialing < 0 || c.Dialing > 100000:
+		return fmt.Errorf("--dialing must be between 1 and 100000, got %d", c.Dialing)
+	case c.UserOffset < 0:
+		return fmt.Errorf("--user-offset must not be negative, got %d", c.UserOffset)
 	case c.Users < 0:
 		return fmt.Errorf("--users must not be negative, got %d", c.Users)
 	case c.Rooms < 1:
@@ -308,10 +386,30 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--spin must be between 0 and 1s, got %s", c.Spin)
 	case c.Reader != ReaderLoop && c.Reader != ReaderGoroutine:
 		return fmt.Errorf("--reader must be %s or %s, got %q", ReaderLoop, ReaderGoroutine, c.Reader)
-	case c.Reliable && c.Scenario != ScenarioPush:
+	case c.Reliable && c.Scenario != ScenarioPush && c.Scenario != ScenarioSoak:
 		return errors.New("--reliable is only for push: reliable delivery is for user targets (contract §5)")
 	case len(c.API) == 0 && c.needsAPI():
 		return fmt.Errorf("--api is required for %s (node HTTP base URLs)", c.Scenario)
+	}
+	if err := c.validateJoin(); err != nil {
+		return err
+	}
+	if err := c.validateListen(); err != nil {
+		return err
+	}
+	if c.Scenario == ScenarioSoak {
+		switch {
+		case c.ChurnRate < 0:
+			return fmt.Errorf("--churn-rate must not be negative, got %v", c.ChurnRate)
+		case c.BroadcastRate <= 0 || c.BroadcastRate > 1000:
+			return fmt.Errorf("--broadcast-rate must be between 0 and 1000, got %v", c.BroadcastRate)
+		case c.SampleEvery < 100*time.Millisecond:
+			return fmt.Errorf("--sample-every must be at least 100ms, got %s", c.SampleEvery)
+		case c.Warmup < 0 || c.Warmup >= c.Duration:
+			return fmt.Errorf("--warmup must be between 0 and --duration (%s), got %s", c.Duration, c.Warmup)
+		case c.TolerancePct <= 0:
+			return fmt.Errorf("--tolerance must be positive, got %v", c.TolerancePct)
+		}
 	}
 	if c.Rate == 0 && c.needsRate() {
 		return fmt.Errorf("--rate must be positive for %s", c.Scenario)
@@ -320,7 +418,7 @@ func (c Config) Validate() error {
 }
 
 func (c Config) needsAPI() bool {
-	return c.Scenario == ScenarioBroadcast || c.Scenario == ScenarioPush || c.Scenario == ScenarioRoom
+	return c.Scenario == ScenarioBroadcast || c.Scenario == ScenarioPush || c.Scenario == ScenarioRoom || c.Scenario == ScenarioSoak
 }
 
 func (c Config) needsRate() bool {

@@ -74,6 +74,9 @@ func (r *runner) token(user string) (string, error) {
 		"iat": now.Unix(),
 		"exp": now.Add(r.cfg.Duration + r.cfg.Settle + time.Hour).Unix(),
 	}
+	if r.cfg.Join != "" {
+		claims["rooms"] = []string{r.cfg.Join}
+	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(r.cfg.JWTSecret))
 }
 
@@ -133,10 +136,21 @@ func (s *slot) dialOnce(ctx context.Context) (*wsConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.poller == nil || !strings.HasPrefix(target, "ws:") {
-		return &wsConn{s: s, cc: cc, format: cc.Format()}, nil
+	var early []earlyFrame
+	if r.cfg.Join != "" {
+		if early, err = s.join(ctx, cc); err != nil {
+			cc.Close()
+			return nil, err
+		}
 	}
-	return s.newLoopConn(cc, w)
+	var c *wsConn
+	if r.poller == nil || !strings.HasPrefix(target, "ws:") {
+		c = &wsConn{s: s, cc: cc, format: cc.Format()}
+	} else if c, err = s.newLoopConn(cc, w); err != nil {
+		return nil, err
+	}
+	s.handleEarly(c, early)
+	return c, nil
 }
 
 // failureReason sorts dial errors into a few stable categories.
@@ -144,7 +158,10 @@ func failureReason(err error) string {
 	var he *client.HandshakeError
 	var ce *client.CloseError
 	var ne net.Error
+	var je *JoinError
 	switch {
+	case errors.As(err, &je):
+		return "join refused " + je.Code
 	case errors.As(err, &he):
 		if he.Code != "" {
 			return fmt.Sprintf("HTTP %d %s", he.Status, he.Code)

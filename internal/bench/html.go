@@ -75,6 +75,7 @@ func (rep *Report) charts() []template.HTML {
 			{"p50", ct.P50MS, "#2b7bb9"}, {"p99", ct.P99MS, "#e08a1e"},
 		}))
 	}
+	out = append(out, rep.soakCharts()...)
 	return out
 }
 

@@ -32,6 +32,9 @@ func mainWith(args []string, env func(string) (string, bool), stdout, stderr io.
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		scenario, args = args[0], args[1:]
 	}
+	if scenario == ScenarioSoak {
+		_ = set.SetDefault("duration", soakDuration.String())
+	}
 	if err := set.Load(args, env); err != nil {
 		if errors.Is(err, config.ErrHelp) {
 			return 0
@@ -68,6 +71,30 @@ func mainWith(args []string, env func(string) (string, bool), stdout, stderr io.
 		// scanning thousands of goroutine stacks.
 		debug.SetGCPercent(400)
 	}
+	// SIGUSR1 ends the connect hold, SIGUSR2 the ramp (listen.go).
+	endHold, endRamp := make(chan struct{}), make(chan struct{})
+	usr1, usr2 := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	defer signal.Stop(usr1)
+	defer signal.Stop(usr2)
+	holdDone := make(chan struct{})
+	defer close(holdDone)
+	go func() {
+		for usr1 != nil || usr2 != nil {
+			select {
+			case <-usr1:
+				close(endHold)
+				usr1 = nil
+			case <-usr2:
+				close(endRamp)
+				usr2 = nil
+			case <-holdDone:
+				return
+			}
+		}
+	}()
+	cfg.EndHold, cfg.EndRamp = endHold, endRamp
 	cfg.Progress = stderr
 	cfg.ProgressTTY = isTerminal(stderr)
 

@@ -32,7 +32,7 @@ type pubMsg struct {
 // schedule the publisher fell.
 func (r *runner) publish(ctx context.Context) {
 	r.setPhase("publishing")
-	batch := r.cfg.Scenario == ScenarioPush
+	batch := r.cfg.Scenario == ScenarioPush || r.cfg.Scenario == ScenarioSoak
 	jobs := make(chan []pubMsg, r.cfg.Inflight)
 	var wg sync.WaitGroup
 	var rr atomic.Uint64
@@ -67,6 +67,9 @@ loop:
 		}
 		storeMax(&r.pubLag, int64(el)-int64(float64(produced)/rate*1e9))
 		for due > 0 {
+			if time.Since(start) >= dur && float64(total-produced) > max(1, rate/10) {
+				break loop // behind schedule at the end: stop short, no catch-up burst
+			}
 			n := int64(1)
 			if batch {
 				n = min(due, maxBatch)
@@ -193,7 +196,7 @@ func (r *runner) appendPublish(dst []byte, m pubMsg, now int64) []byte {
 	dst = append(dst, `,"event":"bench","class":"`...)
 	dst = append(dst, r.cfg.Class...)
 	dst = append(dst, '"')
-	if r.cfg.Reliable {
+	if m.st.reliable {
 		dst = append(dst, `,"reliable":true`...)
 	}
 	dst = append(dst, `,"data":`...)
@@ -258,7 +261,7 @@ func (r *runner) membership(ctx context.Context, method string) error {
 	}
 	for u := range r.cfg.Users {
 		select {
-		case work <- pair{r.roomName(u % r.cfg.Rooms), userName(u, r.cfg.Users)}:
+		case work <- pair{r.roomName(u % r.cfg.Rooms), r.user(u)}:
 		case <-ctx.Done():
 		}
 	}

@@ -31,6 +31,8 @@ type Report struct {
 	Churn       *ChurnReport       `json:"churn,omitempty"`
 	Storm       *StormReport       `json:"storm,omitempty"`
 	Sends       *SendsReport       `json:"sends,omitempty"`
+	Soak        *SoakReport        `json:"soak,omitempty"`
+	Listen      *ListenReport      `json:"listen,omitempty"`
 	Nodes       []NodeReport       `json:"nodes"`
 	Total       NodeReport         `json:"nodes_total"`
 	Derived     Derived            `json:"derived"`
@@ -63,6 +65,10 @@ type ReportConfig struct {
 	Auth       string   `json:"auth"` // "jwt" or "insecure ?user="
 	GOMAXPROCS int      `json:"gomaxprocs"`
 	Reader     string   `json:"reader"` // loop or goroutine (--reader)
+	Join       string   `json:"join,omitempty"`
+
+	BroadcastRate float64 `json:"broadcast_rate,omitempty"` // soak
+	ChurnRate     float64 `json:"churn_rate,omitempty"`     // soak
 }
 
 // ConnectionsReport counts connections: the first attempt of each slot
@@ -83,7 +89,8 @@ type ConnectionsReport struct {
 	CloseCodes   map[string]int64  `json:"close_codes,omitempty"`
 	RampS        float64           `json:"ramp_s"` // time to open every connection
 	ConnectRate  float64           `json:"connect_rate"`
-	ConnectTime  LatencyReport     `json:"connect_time"`
+	ConnectTime  LatencyReport     `json:"connect_time"`        // with --join: dial to the join's reply
+	JoinTime     *LatencyReport    `json:"join_time,omitempty"` // --join: welcome to the join's reply
 }
 
 // MessagesReport counts messages exactly. For each recipient connection,
@@ -257,7 +264,10 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		DurationS: cfg.Duration.Seconds(), SettleS: cfg.Settle.Seconds(), Ramp: cfg.Ramp,
 		Inflight: cfg.Inflight, Size: cfg.Size, Reliable: cfg.Reliable, Class: cfg.Class,
 		Format: cfg.Format.String(), Auth: auth, GOMAXPROCS: runtime.GOMAXPROCS(0),
-		Reader: r.readerName(),
+		Reader: r.readerName(), Join: cfg.Join,
+	}
+	if cfg.Scenario == ScenarioSoak {
+		rep.Config.BroadcastRate, rep.Config.ChurnRate = cfg.BroadcastRate, cfg.ChurnRate
 	}
 	if cfg.Scenario == ScenarioRoom {
 		rep.Config.Rooms = cfg.Rooms
@@ -288,6 +298,10 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		}
 	}
 	c.ConnectTime = latencyReport(r.connLat.Snapshot(), true)
+	if cfg.Join != "" {
+		j := latencyReport(r.joinLat.Snapshot(), false)
+		c.JoinTime = &j
+	}
 
 	// Messages.
 	if cfg.needsAPI() {
@@ -297,7 +311,7 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		a := latencyReport(r.apiLat.Snapshot(), false)
 		rep.PublishAPI = &a
 	}
-	if cfg.Scenario == ScenarioChurn {
+	if cfg.Scenario == ScenarioChurn || cfg.Scenario == ScenarioSoak {
 		rep.Churn = &ChurnReport{
 			Cycles: r.churnCycles.Load(), Polite: r.churnPolite.Load(), Abrupt: r.churnAbrupt.Load(),
 			Reopened: r.churnDone.Load(), Skipped: r.churnSkipped.Load(), Pending: r.churnPending.Load(),
@@ -305,6 +319,12 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 	}
 	if cfg.Scenario == ScenarioStorm {
 		rep.Storm = r.stormReport()
+	}
+	if cfg.Scenario == ScenarioSoak {
+		rep.Soak = r.soakReport()
+	}
+	if cfg.Listen {
+		rep.Listen = r.listenReport()
 	}
 	if cfg.Scenario == ScenarioSend {
 		rep.Sends = r.sendsReport()
@@ -484,7 +504,7 @@ func (r *runner) derive(rep *Report) Derived {
 		d.ServerLatencyP50MS = promQuantile(lat, 0.50) * 1e3
 		d.ServerLatencyP99MS = promQuantile(lat, 0.99) * 1e3
 	}
-	if rep.Churn != nil && rep.Churn.Cycles > 0 {
+	if rep.Churn != nil && rep.Churn.Cycles > 0 && rep.Scenario == ScenarioChurn {
 		d.CPUPerCycleS = d.LoadCPUSeconds / float64(rep.Churn.Cycles)
 	}
 	if rep.Storm != nil && rep.Storm.Reconnected > 0 {
@@ -532,6 +552,7 @@ func (r *runner) checks(rep *Report) []Check {
 			"%d written: ok %d + unavailable %d + refused %d (%s) + unanswered %d; %d foreign replies",
 			s.Written, s.OK, s.Unavailable, s.Refused, s.RefusedCode, s.Unanswered, s.Foreign)
 	}
+	r.soakChecks(rep, add)
 	if s := rep.Storm; s != nil {
 		add("storm reconnection", s.Complete, "%d of %d reconnected in %.2fs", s.Reconnected, s.Dropped, s.FullReconnectS)
 	}
@@ -629,10 +650,15 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		if rep.Scenario == ScenarioRoom {
 			fmt.Fprintf(w, ", %d rooms", cfg.Rooms)
 		}
+	case ScenarioSoak:
+		fmt.Fprintf(w, ", %g reliable msg/s, %g broadcasts/s, %g cycles/s for %gs", cfg.Rate, cfg.BroadcastRate, cfg.ChurnRate, cfg.DurationS)
 	case ScenarioChurn:
 		fmt.Fprintf(w, ", %g cycles/s for %gs", cfg.Rate, cfg.DurationS)
 	case ScenarioSend:
 		fmt.Fprintf(w, ", %g sends/s for %gs, %d B data", cfg.Rate, cfg.DurationS, cfg.Size)
+	}
+	if cfg.Join != "" {
+		fmt.Fprintf(w, ", each joining room %s", cfg.Join)
 	}
 	fmt.Fprintf(w, ", %s, %.1fs\n", cfg.Format, rep.ElapsedS)
 	if rep.Error != "" {
@@ -648,8 +674,16 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(tw, "  failures\t%s: %d\t(e.g. %s)\n", k, c.FailReasons[k], trim(c.FailSamples[k], 100))
 	}
 	ct := c.ConnectTime
-	fmt.Fprintf(tw, "connect time\tp50 %s\tp99 %s\tmax %s\tmean %s\t%d dials, %.0f/s over %.2fs\n",
-		fmtMS(ct.P50MS), fmtMS(ct.P99MS), fmtMS(ct.MaxMS), fmtMS(ct.MeanMS), c.Dials, c.ConnectRate, c.RampS)
+	label := "connect time"
+	if cfg.Join != "" {
+		label = "connect+join time"
+	}
+	fmt.Fprintf(tw, "%s\tp50 %s\tp99 %s\tmax %s\tmean %s\t%d dials, %.0f/s over %.2fs\n",
+		label, fmtMS(ct.P50MS), fmtMS(ct.P99MS), fmtMS(ct.MaxMS), fmtMS(ct.MeanMS), c.Dials, c.ConnectRate, c.RampS)
+	if j := c.JoinTime; j != nil {
+		fmt.Fprintf(tw, "  join %s\tp50 %s\tp99 %s\tmax %s\tmean %s\t%d replies\n",
+			cfg.Join, fmtMS(j.P50MS), fmtMS(j.P99MS), fmtMS(j.MaxMS), fmtMS(j.MeanMS), j.Count)
+	}
 	if m := rep.Messages; m != nil {
 		fmt.Fprintf(tw, "messages\tsent %d\texpected %d\treceived %d\tlost %d\tduplicated %d\t(%d recipients)\n",
 			m.Sent, m.Expected, m.Received, m.Lost, m.Duplicated, m.Recipients)
@@ -683,6 +717,8 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(tw, "churn\tcycles %d\tclose frame %d\tdropped %d\treopened %d\tskipped %d\tpending %d\n",
 			ch.Cycles, ch.Polite, ch.Abrupt, ch.Reopened, ch.Skipped, ch.Pending)
 	}
+	rep.writeSoak(tw)
+	rep.writeListen(tw)
 	if s := rep.Storm; s != nil {
 		fmt.Fprintf(tw, "storm\tdropped %d\treconnected %d\tfull reconnection %.2fs\trate mean %.0f/s peak %.0f/s\tdials %d (failed %d)\n",
 			s.Dropped, s.Reconnected, s.FullReconnectS, s.MeanRate, s.PeakRate, s.Dials, s.DialFailures)
@@ -733,7 +769,11 @@ func (rep *Report) writeDerived(tw io.Writer, d Derived) {
 			fmtBytes(d.RSSPerConnBytes), fmtBytes(d.HeapPerConnBytes), d.GoroutinesPerConn, d.FDsPerConn, d.ConnsAdded)
 	}
 	if d.CPUPerConnectS > 0 {
-		fmt.Fprintf(tw, "  CPU per connect\t%s\t(%.2f cores while connecting)\n", fmtSeconds(d.CPUPerConnectS), d.ConnectCPUCores)
+		label := "CPU per connect"
+		if rep.Config.Join != "" {
+			label = "CPU per connect+join"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t(%.2f cores while connecting)\n", label, fmtSeconds(d.CPUPerConnectS), d.ConnectCPUCores)
 	}
 	if rep.Scenario != ScenarioConnect {
 		fmt.Fprintf(tw, "  load phase\t%.2fs\tCPU %.2fs\t%.2f cores\n", d.LoadS, d.LoadCPUSeconds, d.LoadCPUCores)

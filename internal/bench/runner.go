@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -25,9 +26,10 @@ const maxDialing = 1000
 // order; the ones whose publish failed are remembered so that the final
 // count is exact.
 type stream struct {
-	id     uint64
-	target []byte // JSON {"type":..,"id":..}
-	next   atomic.Uint64
+	id       uint64
+	target   []byte // JSON {"type":..,"id":..}
+	reliable bool   // published with "reliable":true
+	next     atomic.Uint64
 
 	mu     sync.Mutex
 	failed []uint64
@@ -60,6 +62,7 @@ type runner struct {
 
 	lat     Histogram // end-to-end message latency
 	connLat Histogram // connect time
+	joinLat Histogram // --join: welcome to the join's reply
 	apiLat  Histogram // publish request time
 
 	// connections
@@ -85,7 +88,8 @@ type runner struct {
 	targetOnce sync.Once
 	targetDone chan struct{}
 
-	sends sendState // the send scenario
+	sends     sendState // the send scenario
+	soakState soakState // the soak scenario
 
 	// storm
 	stormOn                  atomic.Bool
@@ -141,7 +145,7 @@ func newRunner(cfg Config) *runner {
 		runID:       hex.EncodeToString(id[:]),
 		dialCtx:     ctx,
 		stopDials:   cancel,
-		dialSem:     make(chan struct{}, maxDialing),
+		dialSem:     make(chan struct{}, cmp.Or(cfg.Dialing, maxDialing)),
 		src:         newSourcePicker(cfg.SourceIPs),
 		initialDone: make(chan struct{}),
 		targetDone:  make(chan struct{}),
@@ -162,6 +166,9 @@ func newRunner(cfg Config) *runner {
 		},
 		scraper: newScraper(cfg.Metrics, cfg.TLS),
 	}
+	if cfg.RunID != "" {
+		r.runID = cfg.RunID
+	}
 	r.target.Store(1<<62 - 1)
 	r.phase.Store("start")
 	r.buildSlots()
@@ -171,6 +178,10 @@ func newRunner(cfg Config) *runner {
 
 // userName is the user of slot n: bench-<n mod users>.
 func userName(n, users int) string { return "bench-" + strconv.Itoa(n%users) }
+
+// user is the user of slot n in this run: bench-<--user-offset + n mod
+// users>, so that several bench processes can hold distinct users.
+func (r *runner) user(n int) string { return "bench-" + strconv.Itoa(r.cfg.UserOffset+n%r.cfg.Users) }
 
 // roomName is room k of this run (unique per run, so that memberships of
 // earlier runs never mix in).
@@ -188,10 +199,13 @@ func (r *runner) buildSlots() {
 	switch cfg.Scenario {
 	case ScenarioBroadcast:
 		r.streams = []*stream{{id: 0, target: []byte(`{"type":"broadcast"}`)}}
-	case ScenarioPush:
+	case ScenarioPush, ScenarioSoak:
 		r.streams = make([]*stream, cfg.Users)
 		for u := range cfg.Users {
-			r.streams[u] = &stream{id: uint64(u), target: target(protocol.TargetUser, userName(u, cfg.Users))}
+			r.streams[u] = &stream{id: uint64(u), target: target(protocol.TargetUser, r.user(u)), reliable: cfg.Reliable}
+		}
+		if cfg.Scenario == ScenarioSoak {
+			r.soakState.bstream = &stream{id: uint64(cfg.Users), target: []byte(`{"type":"broadcast"}`)}
 		}
 	case ScenarioRoom:
 		r.streams = make([]*stream, cfg.Rooms)
@@ -199,15 +213,22 @@ func (r *runner) buildSlots() {
 			r.streams[k] = &stream{id: uint64(k), target: target(protocol.TargetRoom, r.roomName(k))}
 		}
 	}
+	if cfg.Scenario == ScenarioConnect && cfg.Listen {
+		r.soakState.bstream = r.listenStream()
+	}
 	r.slots = make([]*slot, cfg.Conns)
 	for n := range cfg.Conns {
-		s := &slot{r: r, n: n, user: userName(n, cfg.Users)}
+		s := &slot{r: r, n: n, user: r.user(n)}
 		u := n % cfg.Users
 		switch cfg.Scenario {
 		case ScenarioBroadcast:
 			s.stream = r.streams[0]
 		case ScenarioPush:
 			s.stream = r.streams[u]
+		case ScenarioSoak:
+			s.stream, s.bcast = r.streams[u], r.soakState.bstream
+		case ScenarioConnect:
+			s.bcast = r.soakState.bstream // --listen; else nil
 		case ScenarioRoom:
 			s.stream = r.streams[u%cfg.Rooms]
 		}
@@ -261,6 +282,12 @@ func (r *runner) openAll(ctx context.Context) error {
 		}
 		select {
 		case <-tick.C:
+		case <-r.cfg.EndRamp: // the slots not launched are not attempted
+			left := n - launched
+			n = launched
+			if left > 0 && r.initialLeft.Add(-int64(left)) == 0 {
+				close(r.initialDone)
+			}
 		case <-ctx.Done():
 			r.initialLeft.Add(-int64(n - launched))
 			return ctx.Err()

@@ -40,7 +40,8 @@ func (r *runner) scenario(ctx context.Context) error {
 	switch r.cfg.Scenario {
 	case ScenarioConnect:
 		r.setPhase("settle")
-		sleepCtx(ctx, r.cfg.Settle)
+		compact()
+		r.hold(ctx)
 		r.openAtEnd = r.open.Load()
 		r.sample(ctx, "end")
 	case ScenarioBroadcast, ScenarioPush, ScenarioRoom:
@@ -52,8 +53,15 @@ func (r *runner) scenario(ctx context.Context) error {
 		r.sendLoad(ctx)
 		r.openAtEnd = r.open.Load()
 		r.sample(ctx, "end")
+	case ScenarioSoak:
+		r.soak(ctx)
+		r.setPhase("settle")
+		r.waitChurn(ctx)
+		r.drain(ctx)
+		r.openAtEnd = r.open.Load()
+		r.sample(ctx, "end")
 	case ScenarioChurn:
-		r.churn(ctx)
+		r.churnAt(ctx, r.cfg.Rate, r.cfg.Duration)
 		r.setPhase("settle")
 		r.waitChurn(ctx)
 		r.openAtEnd = r.open.Load()
@@ -115,12 +123,16 @@ func (r *runner) drain(ctx context.Context) {
 	r.drainedAt = time.Now()
 }
 
-// churn closes and reopens --rate connections per second for --duration,
+// churnAt closes and reopens rate connections per second for dur,
 // alternately with a close frame (1000) and by dropping the socket, so
 // that both cleanup paths of the gateway run.
-func (r *runner) churn(ctx context.Context) {
-	r.setPhase("churn")
-	rate, dur := r.cfg.Rate, r.cfg.Duration
+func (r *runner) churnAt(ctx context.Context, rate float64, dur time.Duration) {
+	if r.cfg.Scenario == ScenarioChurn {
+		r.setPhase("churn")
+	}
+	if rate <= 0 {
+		return
+	}
 	total := int64(rate * dur.Seconds())
 	tick := time.NewTicker(pubTick(rate))
 	defer tick.Stop()

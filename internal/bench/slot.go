@@ -23,11 +23,13 @@ type slot struct {
 	n      int
 	user   string
 	stream *stream // the messages this slot must get; nil = none
+	bcast  *stream // soak: the broadcasts, counted apart (bset)
 
 	conn atomic.Pointer[wsConn]
 
 	// Reader state (the connection's reader only).
 	set      seqSet
+	bset     seqSet // soak: broadcasts received
 	dups     uint64
 	unacked  int
 	lastAck  time.Time
@@ -70,6 +72,11 @@ func (s *slot) run() {
 		}
 		c, err := s.dial(r.dialCtx)
 		if err != nil {
+			if initial && r.cfg.RetryInitial && retryable(err) {
+				wait = backoffDelay(attempt) // the failure is counted; try again
+				attempt++
+				continue
+			}
 			if initial {
 				r.initialFinished(false)
 				return
@@ -252,6 +259,10 @@ func (s *slot) onMessage(c *wsConn, seq int64, data []byte, mpData bool, format 
 		if r.foreign.Add(1) == 1 {
 			r.foreignSample.Store(foreignSample(format, frame))
 		}
+		return
+	}
+	if s.bcast != nil && p.stream == s.bcast.id {
+		s.onBroadcast(p, now)
 		return
 	}
 	r.lat.Record(time.Duration(now - p.ts))
