@@ -137,3 +137,43 @@ func TestInterestWriteOfOneRoomHoldsNoOther(t *testing.T) {
 		t.Fatalf("join of the room once released: %v", r)
 	}
 }
+
+// Connections whose tokens grant alike share one connMeta; grants that
+// differ (also where a naive joining of the patterns would make them
+// look alike) never do, and each connection is judged by its own.
+func TestGrantsSharedOnlyWhenEqual(t *testing.T) {
+	n := startNode(t, nil)
+	open := func(user string, rooms []string) *conn {
+		n.connectTok(t, user, map[string]any{"rooms": rooms})
+		var got *conn
+		eventually(t, 5*time.Second, "connection of "+user, func() bool {
+			if cs := n.hub.userConns(user); len(cs) == 1 {
+				got = cs[0]
+				return true
+			}
+			return false
+		})
+		return got
+	}
+	a1 := open("g1", []string{"a", "b"})
+	a2 := open("g2", []string{"a", "b"})
+	b := open("g3", []string{"a b"})
+	c := open("g4", []string{"a\x00b"})
+	if a1.meta != a2.meta {
+		t.Errorf("equal grants: two connMeta")
+	}
+	if b.meta == a1.meta || c.meta == a1.meta || b.meta == c.meta {
+		t.Errorf("different grants share a connMeta")
+	}
+	join := func(user string, rooms []string, room string) bool {
+		cl := n.connectTok(t, user+"-j", map[string]any{"rooms": rooms})
+		cl.send(map[string]any{"type": "join", "id": "j", "room": room})
+		return cl.expect("reply")["ok"] == true
+	}
+	if join("g5", []string{"a b"}, "a") {
+		t.Errorf(`rooms ["a b"] allowed a join of room a`)
+	}
+	if !join("g6", []string{"a", "b"}, "b") {
+		t.Errorf(`rooms ["a","b"] refused a join of room b`)
+	}
+}
