@@ -66,7 +66,7 @@ type Config struct {
 	Ramp       float64       // --ramp: connections opened per second (0 = no pacing)
 	Inflight   int           // --inflight: publish requests in flight
 	Size       int           // --size: bytes of each message's data
-	Fill       string        // --fill: padding of the data, FillX or FillText
+	Fill       string        // --fill: padding of the data, FillX ("" too) or FillText
 	Compress   bool          // --deflate: offer permessage-deflate
 	Reliable   bool          // --reliable (push only)
 	Class      string        // --class: realtime, chat or notify
@@ -378,7 +378,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--inflight must be between 1 and 1024, got %d", c.Inflight)
 	case c.Size < 0 || c.Size > 1<<20:
 		return fmt.Errorf("--size must be between 0 and 1048576, got %d", c.Size)
-	case c.Fill != FillX && c.Fill != FillText:
+	case c.Fill != "" && c.Fill != FillX && c.Fill != FillText:
 		return fmt.Errorf("--fill must be %s or %s, got %q", FillX, FillText, c.Fill)
 	case c.Class != "realtime" && c.Class != "chat" && c.Class != "notify":
 		return fmt.Errorf("--class must be realtime, chat or notify, got %q", c.Class)
