@@ -397,24 +397,8 @@ func (c *conn) writeOutLocked() {
 		return
 	}
 	for c.state != stClosed && !c.waitOut {
-		if len(c.wbuf) > 0 {
-			n, err := unix.Write(c.fd, c.wbuf)
-			if n > 0 {
-				c.wbuf = c.wbuf[n:]
-			}
-			if err != nil && err != unix.EAGAIN && err != unix.EINTR {
-				c.teardownLocked("write: " + err.Error())
-				return
-			}
-			if len(c.wbuf) > 0 {
-				c.waitOut = true
-				return
-			}
-			c.wbuf = nil
-			c.pendingSince = 0
-			if len(c.lat) > 0 {
-				c.observeWbufLocked()
-			}
+		if !c.writeRestLocked() {
+			return
 		}
 		if len(c.outq) == 0 {
 			return
@@ -576,4 +560,31 @@ func closeLabel(code int) string {
 		return strconv.Itoa(code)
 	}
 	return "other"
+}
+
+// writeRestLocked writes what a short write left in wbuf (plain bytes, or
+// records already sealed). It reports false when the caller must stop:
+// the socket is full again (waitOut) or the connection was torn down.
+func (c *conn) writeRestLocked() bool {
+	if len(c.wbuf) == 0 {
+		return true
+	}
+	n, err := unix.Write(c.fd, c.wbuf)
+	if n > 0 {
+		c.wbuf = c.wbuf[n:]
+	}
+	if err != nil && err != unix.EAGAIN && err != unix.EINTR {
+		c.teardownLocked("write: " + err.Error())
+		return false
+	}
+	if len(c.wbuf) > 0 {
+		c.waitOut = true
+		return false
+	}
+	c.wbuf = nil
+	c.pendingSince = 0
+	if len(c.lat) > 0 {
+		c.observeWbufLocked()
+	}
+	return true
 }

@@ -79,24 +79,8 @@ func (c *conn) consumeTLS(data []byte) bool {
 func (c *conn) writeTLSLocked() {
 	t := c.tr
 	for c.state != stClosed && !c.waitOut {
-		if len(c.wbuf) > 0 {
-			n, err := unix.Write(c.fd, c.wbuf)
-			if n > 0 {
-				c.wbuf = c.wbuf[n:]
-			}
-			if err != nil && err != unix.EAGAIN && err != unix.EINTR {
-				c.teardownLocked("write: " + err.Error())
-				return
-			}
-			if len(c.wbuf) > 0 {
-				c.waitOut = true
-				return
-			}
-			c.wbuf = nil
-			c.pendingSince = 0
-			if len(c.lat) > 0 {
-				c.observeWbufLocked()
-			}
+		if !c.writeRestLocked() {
+			return
 		}
 		if len(c.outq) == 0 && !t.keyUpdate {
 			return
