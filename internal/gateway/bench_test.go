@@ -79,19 +79,7 @@ func BenchmarkFanOut(b *testing.B) {
 				}
 			}
 			conns := n.hub.all()
-			drained := func() {
-				for _, c := range conns {
-					for {
-						c.mu.Lock()
-						idle := len(c.outq) == 0 && len(c.wbuf) == 0 && !c.writing
-						c.mu.Unlock()
-						if idle {
-							break
-						}
-						time.Sleep(50 * time.Microsecond)
-					}
-				}
-			}
+			drained := func() { waitDrained(conns) }
 			b.ResetTimer()
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
@@ -209,19 +197,7 @@ func BenchmarkRoomPublish(b *testing.B) {
 			if len(conns) != members {
 				b.Fatalf("%d members connected, want %d", len(conns), members)
 			}
-			drained := func() {
-				for _, c := range conns {
-					for {
-						c.mu.Lock()
-						idle := len(c.outq) == 0 && len(c.wbuf) == 0 && !c.writing
-						c.mu.Unlock()
-						if idle {
-							break
-						}
-						time.Sleep(50 * time.Microsecond)
-					}
-				}
-			}
+			drained := func() { waitDrained(conns) }
 			req := PublishRequest{Target: protocol.Target{Type: "room", ID: "big"}, Event: "e", Data: []byte(`{"p":101.25,"s":"ACME"}`), Reliable: reliable}
 			ctx := context.Background()
 			if _, err := n.Publish(ctx, req); err != nil { // warm: script loaded, streams started
@@ -272,4 +248,20 @@ func BenchmarkConnectJoin(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(float64(hook.n.Load()-before)/float64(i), "rtt/op")
+}
+
+// waitDrained waits until every connection of conns has written all it
+// had queued (benchmarks bound the fan-outs in flight with it).
+func waitDrained(conns []*conn) {
+	for _, c := range conns {
+		for {
+			c.mu.Lock()
+			idle := len(c.outq) == 0 && len(c.wbuf) == 0 && !c.writing
+			c.mu.Unlock()
+			if idle {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
 }

@@ -28,19 +28,7 @@ func BenchmarkFanOutDeflate(b *testing.B) {
 			}
 			msg := &protocol.Message{ID: "m", Event: "tick", Data: jsonData(2048), Target: protocol.Target{Type: "broadcast"}}
 			body := protocol.AppendMessageJSON(nil, msg)
-			drained := func() {
-				for _, c := range conns {
-					for {
-						c.mu.Lock()
-						idle := len(c.outq) == 0 && len(c.wbuf) == 0 && !c.writing
-						c.mu.Unlock()
-						if idle {
-							break
-						}
-						time.Sleep(50 * time.Microsecond)
-					}
-				}
-			}
+			drained := func() { waitDrained(conns) }
 			var wire int
 			before := n.deflated.Load()
 			b.ResetTimer()

@@ -269,19 +269,7 @@ func BenchmarkFanOutTLS(b *testing.B) {
 				msg := &protocol.Message{ID: "m", Event: "tick", Data: []byte(`{"p":101.25,"s":"ACME","pad":"` + string(bytes.Repeat([]byte{'x'}, 40)) + `"}`), Target: protocol.Target{Type: "broadcast"}}
 				body := protocol.AppendMessageJSON(nil, msg)
 				conns := n.hub.all()
-				drained := func() {
-					for _, c := range conns {
-						for {
-							c.mu.Lock()
-							idle := len(c.outq) == 0 && len(c.wbuf) == 0 && !c.writing
-							c.mu.Unlock()
-							if idle {
-								break
-							}
-							time.Sleep(50 * time.Microsecond)
-						}
-					}
-				}
+				drained := func() { waitDrained(conns) }
 				b.ResetTimer()
 				start := time.Now()
 				for i := 0; i < b.N; i++ {
