@@ -255,15 +255,7 @@ func TestRedisClusterBusKilledSubscriptions(t *testing.T) {
 func TestRedisClusterBusMasterRestart(t *testing.T) {
 	t.Parallel()
 	c := redistest.Cluster(t)
-	prefix := fmt.Sprintf("t%d", prefixSeq.Add(1))
-	opt := func(o *cluster.RedisOptions) { o.Prefix = prefix }
-	sub := newRedis(t, c.Seeds(), opt)
-	pub := newRedis(t, c.Seeds(), opt)
-	subs := map[string]*streamSub{}
-	for i := range 12 {
-		node := fmt.Sprintf("n%d", i)
-		subs[node] = newStreamSub(t, sub, node)
-	}
+	pub, subs := newStreamRig(t, c.Seeds())
 	shards := shardNodes(t, c)
 	victim := c.Servers[0]
 	if len(shards[0]) == 0 {
@@ -558,15 +550,7 @@ func TestRedisClusterBusSlotMoved(t *testing.T) {
 func TestRedisClusterBusFailover(t *testing.T) {
 	t.Parallel()
 	c := redistest.ClusterWithReplicas(t)
-	prefix := fmt.Sprintf("t%d", prefixSeq.Add(1))
-	opt := func(o *cluster.RedisOptions) { o.Prefix = prefix }
-	sub := newRedis(t, c.Seeds(), opt)
-	pub := newRedis(t, c.Seeds(), opt)
-	subs := map[string]*streamSub{}
-	for i := range 12 {
-		node := fmt.Sprintf("n%d", i)
-		subs[node] = newStreamSub(t, sub, node)
-	}
+	pub, subs := newStreamRig(t, c.Seeds())
 	shards := shardNodes(t, c)
 	if len(shards[0]) == 0 {
 		t.Fatal("master 0 holds no node's channels")
@@ -659,4 +643,20 @@ func TestRedisClusterNoGoroutineLeak(t *testing.T) {
 		t.Fatal("Send after Close succeeded")
 	}
 	goleak.VerifyNone(t, ignore)
+}
+
+// newStreamRig is a subscriber backend holding the streams of 12 nodes
+// (n0..n11) and a publisher backend, both under a prefix of their own.
+func newStreamRig(t *testing.T, seeds string) (pub *cluster.Redis, subs map[string]*streamSub) {
+	t.Helper()
+	prefix := fmt.Sprintf("t%d", prefixSeq.Add(1))
+	opt := func(o *cluster.RedisOptions) { o.Prefix = prefix }
+	sub := newRedis(t, seeds, opt)
+	pub = newRedis(t, seeds, opt)
+	subs = map[string]*streamSub{}
+	for i := range 12 {
+		node := fmt.Sprintf("n%d", i)
+		subs[node] = newStreamSub(t, sub, node)
+	}
+	return pub, subs
 }
