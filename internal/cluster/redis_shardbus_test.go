@@ -229,7 +229,7 @@ func TestRedisClusterBusKilledSubscriptions(t *testing.T) {
 		})
 	}
 	<-killed
-	if n := killShardedSubscribers(t, c); n == 0 {
+	if n := c.KillShardedSubscribers(t); n == 0 {
 		t.Fatal("no sharded subscription to kill")
 	}
 	wg.Wait()
@@ -413,41 +413,6 @@ func (r *rawSub) expect(t *testing.T, want ...string) {
 			t.Fatalf("got %q on %s, want %q", m.Payload, m.Channel, w)
 		}
 	}
-}
-
-// killShardedSubscribers closes, on every master, the connections with
-// sharded subscriptions (CLIENT LIST's ssub > 0) and returns how many.
-func killShardedSubscribers(t *testing.T, c *redistest.ClusterServers) int {
-	t.Helper()
-	ctx := ctxTimeout(t, 10*time.Second)
-	killed := 0
-	for _, s := range c.Servers {
-		list, err := s.Client().ClientList(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(list, "\n") {
-			var id string
-			ssub := 0
-			for _, f := range strings.Fields(line) {
-				k, v, _ := strings.Cut(f, "=")
-				switch k {
-				case "id":
-					id = v
-				case "ssub":
-					ssub, _ = strconv.Atoi(v)
-				}
-			}
-			if ssub == 0 {
-				continue
-			}
-			if err := s.Client().Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
-				t.Fatal(err)
-			}
-			killed++
-		}
-	}
-	return killed
 }
 
 // A node's bucket slot moves to another master (resharding): Redis

@@ -146,3 +146,39 @@ func (c *ClusterServers) URL() string { return "redis://" + c.Seeds() }
 func (c *ClusterServers) Client() *redis.ClusterClient {
 	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs(), DisableIdentity: true})
 }
+
+// KillShardedSubscribers closes, on every master, the connections with
+// sharded subscriptions (CLIENT LIST's ssub > 0) and returns how many.
+func (c *ClusterServers) KillShardedSubscribers(t testing.TB) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	killed := 0
+	for _, s := range c.Servers {
+		list, err := s.Client().ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(list, "\n") {
+			var id string
+			ssub := 0
+			for _, f := range strings.Fields(line) {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "id":
+					id = v
+				case "ssub":
+					ssub, _ = strconv.Atoi(v)
+				}
+			}
+			if ssub == 0 {
+				continue
+			}
+			if err := s.Client().Do(ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+				t.Fatal(err)
+			}
+			killed++
+		}
+	}
+	return killed
+}
