@@ -178,6 +178,7 @@ type Derived struct {
 	HeapPerConnBytes   float64 `json:"heap_per_conn_bytes"`
 	GoroutinesPerConn  float64 `json:"goroutines_per_conn"`
 	FDsPerConn         float64 `json:"fds_per_conn"`
+	ConnectsCounted    float64 `json:"node_connects_counted"` // wsgate_connections_total, baseline to ready
 	CPUPerConnectS     float64 `json:"cpu_per_connect_s"`
 	ConnectCPUCores    float64 `json:"connect_cpu_cores"` // node CPU while connecting, in cores
 	LoadS              float64 `json:"load_s"`            // ready to end
@@ -482,6 +483,7 @@ func (r *runner) derive(rep *Report) Derived {
 	}
 	// CPU per connect: baseline to ready (the connect phase only).
 	if n := rd.ConnectionsTotal - b.ConnectionsTotal; n > 0 {
+		d.ConnectsCounted = n
 		d.CPUPerConnectS = (rd.CPUSeconds - b.CPUSeconds) / n
 		if s := rd.At.Sub(b.At).Seconds(); s > 0 {
 			d.ConnectCPUCores = (rd.CPUSeconds - b.CPUSeconds) / s
@@ -768,12 +770,19 @@ func (rep *Report) writeDerived(tw io.Writer, d Derived) {
 		fmt.Fprintf(tw, "  per connection\tRSS %s\theap %s\tgoroutines %.3f\tfds %.3f\t(%.0f connections added)\n",
 			fmtBytes(d.RSSPerConnBytes), fmtBytes(d.HeapPerConnBytes), d.GoroutinesPerConn, d.FDsPerConn, d.ConnsAdded)
 	}
-	if d.CPUPerConnectS > 0 {
+	if d.ConnectsCounted > 0 {
 		label := "CPU per connect"
 		if rep.Config.Join != "" {
 			label = "CPU per connect+join"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t(%.2f cores while connecting)\n", label, fmtSeconds(d.CPUPerConnectS), d.ConnectCPUCores)
+		if d.CPUPerConnectS > 0 {
+			fmt.Fprintf(tw, "  %s\t%s\t(%.2f cores while connecting)\n", label, fmtSeconds(d.CPUPerConnectS), d.ConnectCPUCores)
+		} else {
+			// process_cpu_seconds_total counts in 10 ms steps: a short
+			// connect phase may not move it at all.
+			fmt.Fprintf(tw, "  %s\tunder %s\t(the nodes' CPU counter did not move in %.0f connects; open more connections)\n",
+				label, fmtSeconds(0.01/d.ConnectsCounted), d.ConnectsCounted)
+		}
 	}
 	if rep.Scenario != ScenarioConnect {
 		fmt.Fprintf(tw, "  load phase\t%.2fs\tCPU %.2fs\t%.2f cores\n", d.LoadS, d.LoadCPUSeconds, d.LoadCPUCores)
