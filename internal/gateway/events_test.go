@@ -181,14 +181,22 @@ func TestEventsPresenceTwoNodes(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// A barrier: a churn of another user, whose offline comes after all
-	// of bob's steps on the same workers.
-	for _, node := range []*testNode{n1, n2} {
+	// A barrier: every end of bob's churn is claimed (the backend lists
+	// only keep as live), so a wrong offline would have been sent by now.
+	eventually(t, 20*time.Second, "bob's churn claimed", func() bool {
+		r1, err1 := backend.NodeConns(context.Background(), "t1")
+		r2, err2 := backend.NodeConns(context.Background(), "t2")
+		return err1 == nil && err2 == nil && len(r1) == 1 && len(r2) == 0
+	})
+	// And a churn of another user on each node in turn (one node's end
+	// claimed before the other's start: else the two overlap, one
+	// offline): the records of both nodes reach the sink.
+	for i, node := range []*testNode{n1, n2} {
 		c := node.connect(t, "zed", "")
 		c.sendRaw(ws.OpClose, ws.NewCloseFrameBody(1000, ""))
 		c.waitClosed(5 * time.Second)
+		sink.wait(t, "zed's churn", func(r []upstream.Record) bool { return count(r, "offline", "zed") == i+1 })
 	}
-	sink.wait(t, "zed's churn", func(r []upstream.Record) bool { return count(r, "offline", "zed") == 2 })
 	if got := sink.of("offline"); count(got, "offline", "bob") != 0 {
 		t.Fatalf("offline for bob while a connection of his lived: %+v", got)
 	}
