@@ -113,6 +113,11 @@ var ErrRoomLimit = errors.New("cluster: user is a member of too many rooms")
 type ConnectResult struct {
 	Rooms []string  // the user's rooms
 	Inbox InboxRead // as ReadInbox(since)
+	// Unconfirmed: the inbox had messages to replay, but fewer replicas
+	// than RedisOptions.Replicas confirmed them in time; Inbox has no
+	// messages and no gap then (LastSeq and Acked are kept), and the
+	// caller reads them again (ReadInbox) until the replicas confirm.
+	Unconfirmed bool
 }
 
 // AppendResult is the answer to AppendInbox.

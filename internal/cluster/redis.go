@@ -110,6 +110,7 @@ type Redis struct {
 	publishes  publishBatcher
 	acks       ackBatcher
 	shard      *shardBus // Redis Cluster: sharded Pub/Sub; nil otherwise
+	confirms   map[string]*masterConfirms // by master address (redis_confirm.go)
 }
 
 // NewRedis connects to the deployment that opt.URL names. It fails only for

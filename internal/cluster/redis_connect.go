@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,22 +55,34 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 	cmds, err := r.evalEach(ctx, "connect", true, scriptConnect, len(batch), func(i int) ([]string, []any) {
 		return keysArgs(batch[i])
 	})
+	errs := make([]error, len(batch))
+	var confirms sync.WaitGroup
 	for i, q := range batch {
-		qerr := err
 		switch {
-		case qerr != nil:
+		case err != nil:
+			errs[i] = err
 		case cmds[i].Err() != nil:
-			qerr = r.wrap("connect", cmds[i].Err())
+			errs[i] = r.wrap("connect", cmds[i].Err())
 		default:
-			q.res, qerr = decodeConnect(max(q.since, 0), cmds[i].Val())
-			if qerr == nil && len(q.res.Inbox.Messages) > 0 && r.opt.Replicas > 0 {
+			q.res, errs[i] = decodeConnect(max(q.since, 0), cmds[i].Val())
+			if errs[i] == nil && len(q.res.Inbox.Messages) > 0 && r.opt.Replicas > 0 {
 				// What the replay would deliver must survive a failover
-				// (see confirmReplicated); the route is the caller's
-				// to remove when the connect fails.
-				qerr = r.confirmReplicated(ctx, q.route.User)
+				// (see confirmReplicated). The batch's reads join one
+				// round of confirmation per master; one the replicas
+				// did not confirm connects without its replay, which
+				// the caller reads again (ConnectResult.Unconfirmed).
+				confirms.Go(func() {
+					if cerr := r.confirmReplicated(ctx, q.route.User); cerr != nil {
+						q.res.Unconfirmed = true
+						q.res.Inbox.Messages, q.res.Inbox.GapFrom, q.res.Inbox.GapTo = nil, 0, 0
+					}
+				})
 			}
 		}
-		q.finish(qerr)
+	}
+	confirms.Wait()
+	for i, q := range batch {
+		q.finish(errs[i])
 	}
 }
 

@@ -365,22 +365,3 @@ func (r *Redis) confirmReplicated(ctx context.Context, user string) error {
 	return r.confirmKey(ctx, r.k.confirm(user), "inbox read of "+user)
 }
 
-// confirmKey is confirmReplicated with the key written (in the slot of
-// what was read) and what the read was, for the error.
-func (r *Redis) confirmKey(ctx context.Context, key, what string) error {
-	c, err := r.masterFor(ctx, key)
-	if err != nil {
-		return r.wrap("confirm read", err)
-	}
-	pipe := c.Pipeline()
-	pipe.Set(ctx, key, 1, 10*time.Second)
-	wait := redis.NewIntCmd(ctx, "wait", r.opt.Replicas, waitTimeout.Milliseconds())
-	_ = pipe.Process(ctx, wait)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return r.wrap("confirm read", err)
-	}
-	if n := wait.Val(); n < int64(r.opt.Replicas) {
-		return fmt.Errorf("%w: %s confirmed by %d of %d replicas", ErrNotReplicated, what, n, r.opt.Replicas)
-	}
-	return nil
-}

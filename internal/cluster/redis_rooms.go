@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"slices"
@@ -126,10 +127,12 @@ func (r *Redis) ReadRoom(ctx context.Context, room string, since int64, most int
 	last, _ := reply[0].(int64)
 	first, _ := reply[2].(int64)
 	members, _ := reply[3].([]any)
-	if len(members) > 0 && r.opt.Replicas > 0 {
+	if (len(members) > 0 || (since > 0 && last >= since)) && r.opt.Replicas > 0 {
 		// As for the inbox (confirmReplicated): a message whose append
 		// was answered ErrNotReplicated is visible here at once, and a
-		// failover could give its seq to another message.
+		// failover could give its seq to another message. Also a read
+		// that finds nothing after since confirms that since itself is
+		// replicated (a stream started at an unconfirmed seq, RoomSeqs).
 		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "history read of room "+room); err != nil {
 			return InboxRead{}, err
 		}
@@ -155,7 +158,10 @@ func (r *Redis) ReadRoom(ctx context.Context, room string, since int64, most int
 // history read is (a connection starts a room at its seq: an unreplicated
 // seq lost in a failover would be given to the next message, which the
 // connection would take for a duplicate): once for a single master, per
-// room on Redis Cluster.
+// room on Redis Cluster. When the replicas do not confirm them, the seqs
+// read come with an ErrNotReplicated error: the caller may start from
+// them as long as it delivers nothing of those rooms before a read of
+// their history (ReadRoom, which confirms) succeeds.
 func (r *Redis) RoomSeqs(ctx context.Context, rooms []string) ([]int64, error) {
 	keys := make([]string, len(rooms))
 	for i, room := range rooms {
@@ -171,6 +177,9 @@ func (r *Redis) RoomSeqs(ctx context.Context, rooms []string) ([]int64, error) {
 			continue
 		}
 		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "seq read of room "+room); err != nil {
+			if errors.Is(err, ErrNotReplicated) {
+				return seqs, err
+			}
 			return nil, err
 		}
 		if !perRoom {

@@ -487,8 +487,13 @@ func TestRedisReadsOnlyWhatReplicasConfirmed(t *testing.T) {
 		t.Fatalf("read with the replica paused: %+v, %v; want ErrNotReplicated, not the unconfirmed message", rd, err)
 	}
 	route := cluster.Route{User: "rita", ConnID: "c1", Node: "n1", ConnectedAt: time.Now().UnixMilli()}
-	if cr, err := b.Connect(ctxTimeout(t, 5*time.Second), route, time.Minute, 0, opt, cluster.ConnLimit{}); !errors.Is(err, cluster.ErrNotReplicated) {
-		t.Fatalf("connect with the replica paused: %+v, %v; want ErrNotReplicated", cr, err)
+	// Connect succeeds (contract 22: the handshake is accepted) without
+	// the replay, which the caller reads again.
+	if cr, err := b.Connect(ctxTimeout(t, 5*time.Second), route, time.Minute, 0, opt, cluster.ConnLimit{}); err != nil || !cr.Unconfirmed || len(cr.Inbox.Messages) != 0 || cr.Inbox.LastSeq != 2 {
+		t.Fatalf("connect with the replica paused: %+v, %v; want it unconfirmed, no messages, last seq 2", cr, err)
+	}
+	if seqs, err := b.RoomSeqs(ctxTimeout(t, 5*time.Second), []string{"none"}); err != nil || seqs[0] != 0 {
+		t.Fatalf("seq of a room without messages: %v, %v; want 0 and nothing to confirm", seqs, err)
 	}
 	set.Replica.Resume()
 	paused = false
@@ -499,4 +504,46 @@ func TestRedisReadsOnlyWhatReplicasConfirmed(t *testing.T) {
 	if len(rd.Messages) != 2 || string(rd.Messages[1].Payload) != "unconfirmed" {
 		t.Fatalf("read once the replica is back: %+v, want both messages", rd.Messages)
 	}
+}
+
+// A reconnect storm with Replicas=1: the confirmations of the replays
+// share rounds of WAIT (one in flight per master) instead of one WAIT per
+// connect in a row. Counted on the master: before the rounds every one of
+// the storm's connects sent its own WAIT.
+func TestRedisConfirmationsOfAStormShareRounds(t *testing.T) {
+	t.Parallel()
+	set := redistest.Sentinel(t)
+	b := newRedis(t, set.URL(), func(o *cluster.RedisOptions) { o.Replicas = 1 })
+	opt := cluster.InboxOptions{Limit: 100, TTL: time.Hour}
+	const users = 200
+	for i := range users {
+		if _, err := b.AppendInbox(ctxTimeout(t, 5*time.Second), fmt.Sprintf("s%d", i), []byte("m"), opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := commandStats(t, set.Master.Client())["wait"]
+	var wg sync.WaitGroup
+	errs := make(chan error, users)
+	for i := range users {
+		wg.Go(func() {
+			route := cluster.Route{User: fmt.Sprintf("s%d", i), ConnID: fmt.Sprintf("c%d", i), Node: "n1", ConnectedAt: time.Now().UnixMilli()}
+			cr, err := b.Connect(ctxTimeout(t, 20*time.Second), route, time.Minute, 0, opt, cluster.ConnLimit{})
+			if err == nil && (cr.Unconfirmed || len(cr.Inbox.Messages) != 1) {
+				err = fmt.Errorf("connect of %s: %+v, want its message confirmed", route.User, cr)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	waits := commandStats(t, set.Master.Client())["wait"] - before
+	if waits >= users/4 {
+		t.Fatalf("%d WAIT for %d connects with a replay, want the rounds shared (under %d)", waits, users, users/4)
+	}
+	t.Logf("%d connects with a replay confirmed by %d WAIT", users, waits)
 }

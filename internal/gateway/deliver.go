@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"errors"
 	"runtime"
 	"sync"
 	"time"
@@ -437,6 +438,16 @@ func (c *conn) catchUp(s *stream) {
 		c.mu.Unlock()
 		rd, err := c.n.readStream(c.user, s.room, since)
 		if err != nil {
+			if errors.Is(err, cluster.ErrNotReplicated) {
+				// The wait is the replicas', not the client's: the sweep
+				// does not close the connection for it (contract 22),
+				// while heldMax still bounds what is held meanwhile.
+				c.mu.Lock()
+				if s.catchUp {
+					s.since = time.Now().Unix()
+				}
+				c.mu.Unlock()
+			}
 			c.logger().Info("catch-up read failed; retrying", "room", s.room, "err", err, "in", delay)
 			select {
 			case <-time.After(delay):
@@ -644,6 +655,19 @@ func (c *conn) queueReplayLocked(s *stream, since int64, rd cluster.InboxRead) {
 		}
 	}
 	c.kickLocked()
+}
+
+// queueReplayOrCatchUpLocked queues the replay of a resume of stream s
+// (nil: the inbox), or, when the replicas did not confirm what the resume
+// read (WSGATE_RELIABLE_REPLICAS), starts the stream's catch-up from its
+// position: the connection is open, non-reliable messages flow, and the
+// replay comes once the replicas confirm it (contract 22).
+func (c *conn) queueReplayOrCatchUpLocked(s *stream, since int64, rd cluster.InboxRead, unconfirmed bool) {
+	if unconfirmed {
+		c.startCatchUpLocked(c.orInbox(s), nil, true)
+		return
+	}
+	c.queueReplayLocked(s, since, rd)
 }
 
 // inboxPayload rebuilds a stored reliable message with its seq, encoded

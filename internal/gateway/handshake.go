@@ -578,7 +578,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 		n.events.openedLocked(c, ip, c.x.info)
 	}
 	c.lastSeq = base
-	c.queueReplayLocked(nil, since, rd)
+	c.queueReplayOrCatchUpLocked(nil, since, rd, cr.Unconfirmed)
 	c.lastSeq = max(c.lastSeq, base, rd.GapTo)
 	rooms.queueLocked(c)
 	c.releaseLocked(held)

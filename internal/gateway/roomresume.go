@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -20,8 +21,9 @@ type roomResume struct {
 }
 
 type roomRead struct {
-	since int64
-	rd    cluster.InboxRead
+	since       int64
+	rd          cluster.InboxRead
+	unconfirmed bool // the replicas did not confirm the read: rd is empty, catch-up reads it again
 }
 
 // resumeRooms reads the seqs of the user's rooms in one pipelined step and
@@ -39,7 +41,11 @@ func (n *Node) resumeRooms(ctx context.Context, rooms []string, since map[string
 	start := time.Now()
 	seqs, err := n.backend.RoomSeqs(ctx, rooms)
 	n.observe("room_seqs", start, err)
-	if err != nil {
+	// Seqs the replicas did not confirm: the connection opens all the
+	// same (contract 22), each reliable room's stream in catch-up from
+	// its seq until a read of its history is confirmed.
+	unconfirmed := errors.Is(err, cluster.ErrNotReplicated) && len(seqs) == len(rooms)
+	if err != nil && !unconfirmed {
 		return out, err
 	}
 	for i, room := range rooms {
@@ -52,18 +58,31 @@ func (n *Node) resumeRooms(ctx context.Context, rooms []string, since map[string
 		out.seqs[room], out.bases[room] = seqs[i], seqs[i]
 		s, ok := since[room]
 		if !ok || s >= seqs[i] {
+			if unconfirmed {
+				if out.reads == nil {
+					out.reads = map[string]roomRead{}
+				}
+				out.reads[room] = roomRead{since: seqs[i], unconfirmed: true}
+			}
 			continue
 		}
 		start := time.Now()
 		rd, err := n.backend.ReadRoom(ctx, room, s, 0, n.historyOpts())
 		n.observe("room_history", start, err)
-		if err != nil {
-			return out, err
-		}
 		if out.reads == nil {
 			out.reads = map[string]roomRead{}
 		}
-		out.reads[room] = roomRead{since: s, rd: rd}
+		switch {
+		case errors.Is(err, cluster.ErrNotReplicated):
+			// Connected all the same (contract 22): the stream starts at
+			// since and its catch-up reads the replay again until the
+			// replicas confirm it.
+			out.reads[room] = roomRead{since: s, unconfirmed: true}
+		case err != nil:
+			return out, err
+		default:
+			out.reads[room] = roomRead{since: s, rd: rd}
+		}
 		out.bases[room] = s
 	}
 	return out, nil
@@ -76,7 +95,7 @@ func (r roomResume) queueLocked(c *conn) {
 		s := c.roomStreamLocked(room, base)
 		s.last = base
 		if rr, ok := r.reads[room]; ok {
-			c.queueReplayLocked(s, rr.since, rr.rd)
+			c.queueReplayOrCatchUpLocked(s, rr.since, rr.rd, rr.unconfirmed)
 		}
 	}
 }
