@@ -109,7 +109,7 @@ type Redis struct {
 	appends    scriptBatcher // AppendInbox without WAIT
 	publishes  publishBatcher
 	acks       ackBatcher
-	shard      *shardBus // Redis Cluster: sharded Pub/Sub; nil otherwise
+	shard      *shardBus                  // Redis Cluster: sharded Pub/Sub; nil otherwise
 	confirms   map[string]*masterConfirms // by master address (redis_confirm.go)
 }
 

@@ -364,4 +364,3 @@ func (r *Redis) masterFor(ctx context.Context, key string) (*redis.Client, error
 func (r *Redis) confirmReplicated(ctx context.Context, user string) error {
 	return r.confirmKey(ctx, r.k.confirm(user), "inbox read of "+user)
 }
-

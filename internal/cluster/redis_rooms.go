@@ -1,8 +1,8 @@
 package cluster
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
