@@ -22,6 +22,7 @@
 //
 //	go test -race -count=1 ./test/e2e/
 //
-// WSGATE_E2E_RACE=1 builds the gateway binary with the race detector too
-// (slower); a race a gateway reports then fails the test that ran it.
+// Under -race the gateway binary is built with the race detector too (so
+// is it without, when WSGATE_E2E_RACE=1); a race a gateway reports then
+// fails the test that ran it.
 package e2e

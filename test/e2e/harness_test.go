@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,13 +54,15 @@ func TestMain(m *testing.M) {
 	os.Setenv("WSGATE_REQUIRE_REDIS", "1")
 	wsgateBin = filepath.Join(dir, "wsgate")
 	args := []string{"build", "-o", wsgateBin}
-	if os.Getenv("WSGATE_E2E_RACE") != "" {
+	if raceBuild || os.Getenv("WSGATE_E2E_RACE") != "" {
 		args = append(args, "-race")
 	}
 	args = append(args, "github.com/wsgate/wsgate/cmd/wsgate")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		fmt.Fprintln(os.Stderr, "e2e: the go command is not on PATH:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
 	if out, err := exec.Command(goBin, args...).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -132,7 +133,8 @@ func (c *gwCluster) cleanup() {
 		g.Kill()
 	}
 	for _, g := range nodes {
-		// Only a binary built with WSGATE_E2E_RACE=1 reports races.
+		// Only a race-built gateway (go test -race, or WSGATE_E2E_RACE=1)
+		// reports races.
 		if log := g.log(); strings.Contains(log, "WARNING: DATA RACE") {
 			i := strings.Index(log, "WARNING: DATA RACE")
 			c.t.Errorf("gateway %s reported a data race:\n%s", g.ID, log[i:min(len(log), i+6000)])
