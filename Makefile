@@ -1,7 +1,7 @@
 # wsgate: build, test, fuzz, bench.
 #
 #   make test    installs what the tests need (redis-server, nats-server, Chromium,
-#                protoc, Node.js), then runs gofmt, vet, every test with the race
+#                protoc, Node.js), then runs gofmt, vet, staticcheck, every test with the race
 #                detector, the JavaScript package's tests, and the contract suite
 #   make build   bin/wsgate
 #   make generate  the Go code of the protobuf API (proto/wsgate/v1)
@@ -31,17 +31,25 @@ deps:
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	cd deploy/helmtest && $(GO) vet ./...
 
-test: deps vet test-go test-js conformance
+# Every part runs, also after one failed, and the run fails at the end
+# naming the parts that did.
+test: deps
+	@failed=; for part in vet test-go test-js conformance; do \
+		$(MAKE) --no-print-directory $$part || failed="$$failed $$part"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	echo "make test: vet, test-go, test-js and conformance passed"
 
 # deploy/helmtest (the Helm chart rendered by Helm's packages) is a module of
 # its own, keeping Helm out of the gateway's dependencies. Its tests render
 # templates in one goroutine, so they run without the race detector: built
 # with it, Helm's Kubernetes dependencies alone take minutes to compile.
 test-go:
-	$(GO) test -race -count=1 -timeout 20m ./...
-	cd deploy/helmtest && $(GO) test -count=1 ./...
+	@rc=0; $(GO) test -race -count=1 -timeout 20m ./... || rc=1; \
+	(cd deploy/helmtest && $(GO) test -count=1 ./...) || rc=1; exit $$rc
 
 # The npm package @wsgate/client (web/client): its unit tests and an
 # integration test against bin/wsgate under Node's test runner, the package
@@ -50,12 +58,15 @@ test-go:
 test-js: build
 	cd web/client && npm ci --no-audit --no-fund --loglevel=error && WSGATE_BIN=$(CURDIR)/bin/wsgate npm test && npm run typecheck
 
-# The public contract suite, when the shared folder is beside the project.
+# The public contract suite, when the shared folder is beside the project;
+# under CI (CI=true) a missing suite fails the run.
 conformance: build
 	@if [ -x $(SHARED)/conformance/run ]; then \
 		$(SHARED)/conformance/run; \
+	elif [ "$${CI:-}" = true ]; then \
+		echo "contract suite not found at $(SHARED)/conformance (CI=true: it must run)"; exit 1; \
 	else \
-		echo "contract suite not found at $(SHARED)/conformance: skipped"; \
+		echo "contract suite not found at $(SHARED)/conformance: skipped (outside CI)"; \
 	fi
 
 # Every fuzz target of the tree (found by name, so a new one is never left
