@@ -27,8 +27,8 @@ import (
 )
 
 // The browser tests start real processes: the wsgate binary (built once per
-// test run), redis-server and Chromium. They skip with -short, and when
-// Chromium (or, for the cluster test, redis-server) is not installed.
+// test run), redis-server and Chromium. A missing Chromium or redis-server
+// fails the test (`make deps` installs both); none is skipped.
 
 func TestMain(m *testing.M) {
 	flag.Parse()

@@ -26,9 +26,6 @@ type payload struct {
 	ts     int64
 }
 
-// minDataSize is the data length without padding for the largest numbers.
-const minDataSize = len(`{"i":4294967295,"r":"01234567","s":4294967295,"t":9223372036854775807,"x":""}`)
-
 // appendData appends the data object of one message, padded to size bytes
 // when size is larger than the object without padding.
 func appendData(dst []byte, run string, stream, idx uint64, ts int64, size int) []byte {

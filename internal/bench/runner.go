@@ -176,9 +176,6 @@ func newRunner(cfg Config) *runner {
 	return r
 }
 
-// userName is the user of slot n: bench-<n mod users>.
-func userName(n, users int) string { return "bench-" + strconv.Itoa(n%users) }
-
 // user is the user of slot n in this run: bench-<--user-offset + n mod
 // users>, so that several bench processes can hold distinct users.
 func (r *runner) user(n int) string { return "bench-" + strconv.Itoa(r.cfg.UserOffset+n%r.cfg.Users) }

@@ -26,7 +26,6 @@ type streamSub struct {
 	seqs    map[int][]int
 	other   map[string]int
 	lost    int
-	outside int // payloads that are neither stream messages nor markers
 }
 
 func (s *streamSub) handle(m []byte) {

@@ -119,7 +119,7 @@ func parseClusterURL(rest string, tls bool) (*RedisTarget, error) {
 	}
 	hosts, path, _ := strings.Cut(rest, "/")
 	if path != "" && path != "0" {
-		return nil, fmt.Errorf("Redis Cluster has only database 0, not %q", path)
+		return nil, fmt.Errorf("a Redis Cluster has only database 0, not %q", path)
 	}
 	t := &RedisTarget{Mode: RedisCluster, TLS: tls}
 	var err error

@@ -27,7 +27,7 @@ func TestParseRedisURL(t *testing.T) {
 		{in: "redis://:pw@r1:7000,r2:7000", want: RedisTarget{Mode: RedisCluster, Addrs: []string{"r1:7000", "r2:7000"}, Password: "pw"}},
 		{in: "rediss://u:pw@r1:7000,r2:7000/0", want: RedisTarget{Mode: RedisCluster, Addrs: []string{"r1:7000", "r2:7000"},
 			Username: "u", Password: "pw", TLS: true}},
-		{in: "redis://r1:7000,r2:7000/1", err: `Redis Cluster has only database 0, not "1"`},
+		{in: "redis://r1:7000,r2:7000/1", err: `a Redis Cluster has only database 0, not "1"`},
 		{in: "redis://r1:7000,r2:7000?x=1", err: "a cluster URL takes no query"},
 		{in: "redis-cluster://r1:7000", want: RedisTarget{Mode: RedisCluster, Addrs: []string{"r1:7000"}}},
 		{in: "rediss-cluster://:pw@r1:7000", want: RedisTarget{Mode: RedisCluster, Addrs: []string{"r1:7000"}, Password: "pw", TLS: true}},

@@ -396,8 +396,9 @@ func (n *Node) catchUpBehind() {
 // (seconds). Each check costs one GET per local user (pipelined by 1000),
 // so it is slow: the losses it is for (a PUBLISH lost while both ends'
 // connections stayed up) have no other trigger, and the common ones are
-// repaired at once by the triggers above and by the publisher's resend of
-// a PUBLISH that reached no subscriber.
+// repaired at once by the triggers above (a broken subscription is told
+// when it is restored; a PUBLISH is never sent again, see
+// cluster.Redis.publishMany).
 const catchUpPeriod = 30
 
 // catchUpBehindOnce reads the last seqs of the local users in one

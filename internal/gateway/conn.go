@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"cmp"
-	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -544,8 +543,6 @@ func writev(fd int, bufs [][]byte) (int, error) {
 	}
 	return unix.Writev(fd, bufs)
 }
-
-var errClosed = errors.New("connection closed")
 
 // closeLabel is the metric label of a close code: the code for those of
 // RFC 6455 and the contract, "other" for the rest (a client's own code in

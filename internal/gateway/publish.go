@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -556,5 +555,3 @@ func routeNodes(routes []cluster.Route) []string {
 	return out
 }
 
-// isUnavailable reports a backend outage.
-func isUnavailable(err error) bool { return errors.Is(err, cluster.ErrUnavailable) }

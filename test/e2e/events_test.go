@@ -97,7 +97,7 @@ func TestEventsRedisStreams(t *testing.T) {
 	}
 	waitRecords(t, sink, "ev", "the doomed connections' connects", func(r []map[string]any) bool { return len(recsOf(r, "connect", "eve")) == 1 })
 	e3.Kill()
-	recs = waitRecords(t, sink, "ev", "the dead node's ends", func(r []map[string]any) bool {
+	waitRecords(t, sink, "ev", "the dead node's ends", func(r []map[string]any) bool {
 		return len(recsOf(r, "offline", "dan")) >= 1 && len(recsOf(r, "offline", "eve")) >= 1 &&
 			len(recsOf(r, "disconnect", "dan")) >= 2
 	})
@@ -222,12 +222,12 @@ func TestEventsUndeliveredRedisStreams(t *testing.T) {
 	body.Reliable = true
 	lost := d1.mustPublish(t, body)
 	d1.Kill() // the publishing node dies before the check is due
-	recs := waitRecords(t, sink, "ev", "away's undelivered", func(r []map[string]any) bool { return len(recsOf(r, "undelivered", "away")) >= 1 })
+	waitRecords(t, sink, "ev", "away's undelivered", func(r []map[string]any) bool { return len(recsOf(r, "undelivered", "away")) >= 1 })
 	// A later message's report is the barrier for any second report.
 	body = toUser("later", "x")
 	body.Reliable = true
 	d2.mustPublish(t, body)
-	recs = waitRecords(t, sink, "ev", "later's undelivered", func(r []map[string]any) bool { return len(recsOf(r, "undelivered", "later")) >= 1 })
+	recs := waitRecords(t, sink, "ev", "later's undelivered", func(r []map[string]any) bool { return len(recsOf(r, "undelivered", "later")) >= 1 })
 	u := recsOf(recs, "undelivered", "away")
 	if len(u) != 1 || num(u[0]["seq"]) != lost.Seq || u[0]["message_id"] != lost.ID || u[0]["event"] != "push-me" || u[0]["node"] != d2.ID {
 		t.Fatalf("away's undelivered records %v: want one for seq %d, id %s, reported by %s", u, lost.Seq, lost.ID, d2.ID)

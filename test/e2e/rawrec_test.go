@@ -48,7 +48,6 @@ type event struct {
 	id       string // message id
 	event    string
 	job      int // data.job of the message; -1 when absent
-	class    string
 	room     string // a reliable room's message or gap: seq, from, to are the room's
 }
 

@@ -6,9 +6,8 @@
 //
 // The binaries are redis-server and redis-cli from PATH (Debian package
 // redis-server; sentinel mode is `redis-server --sentinel`), or the paths in
-// REDIS_SERVER and REDIS_CLI. When they are missing a test is skipped, or
-// fails when CI or WSGATE_REQUIRE_REDIS is set, so CI never passes by
-// skipping.
+// REDIS_SERVER and REDIS_CLI. When they are missing the test fails, naming
+// what to install: no test is skipped for it.
 package redistest
 
 import (
