@@ -261,10 +261,13 @@ func (e *events) reportEnd(ce cluster.ConnEnd, device string, code int, reason s
 	}
 }
 
-// sweepDead claims the ends of the connections of nodes gone for good
-// (their records removed, or silent for goneAfter), and of this node's
-// id's earlier process (a restart with a fixed WSGATE_NODE_ID). Every
-// survivor does it; each end is reported by one of them.
+// sweepDead claims the ends of the connections of dead nodes (their
+// records removed, or silent for staleAfter: three heartbeat intervals,
+// when their routes stop counting and presence shows them gone, contract
+// 22), and of this node's id's earlier process (a restart with a fixed
+// WSGATE_NODE_ID). Every survivor does it; each end is reported by one of
+// them. A node that was only stalled that long and comes back keeps its
+// connections, whose ends were reported already (and are not again).
 func (e *events) sweepDead(ctx context.Context, nodes []cluster.NodeInfo) {
 	if !e.track {
 		return
@@ -274,7 +277,7 @@ func (e *events) sweepDead(ctx context.Context, nodes []cluster.NodeInfo) {
 		return
 	}
 	alive := map[string]bool{}
-	limit := e.n.goneAfter().Milliseconds()
+	limit := e.n.staleAfter().Milliseconds()
 	now := time.Now().UnixMilli()
 	for _, x := range nodes {
 		if now-x.Heartbeat <= limit {

@@ -224,8 +224,10 @@ func TestEventsDeadNodeSwept(t *testing.T) {
 	sink := newRecordSink()
 	backend := cluster.NewMemory()
 	ctx := context.Background()
-	// The dead node's record: silent for an hour.
-	dead := cluster.NodeInfo{ID: "dead", Status: cluster.StatusActive, Heartbeat: time.Now().Add(-time.Hour).UnixMilli()}
+	// The dead node's record: silent for ten heartbeat intervals, far
+	// below the route TTL (an hour): its ends are reported after three
+	// (contract 22), not when its record is gone.
+	dead := cluster.NodeInfo{ID: "dead", Status: cluster.StatusActive, Heartbeat: time.Now().Add(-2 * time.Second).UnixMilli()}
 	if err := backend.RegisterNode(ctx, dead); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +241,7 @@ func TestEventsDeadNodeSwept(t *testing.T) {
 		return func(c *config.Gateway) {
 			c.NodeID = id
 			c.Events = []string{"disconnect", "offline"}
-			c.RouteTTL = time.Second
+			c.RouteTTL = time.Hour
 		}
 	}
 	startNodeWith(t, backend, mut("s1"), enable(t, sink))
