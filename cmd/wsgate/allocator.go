@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/allocator"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/gateway"
@@ -52,6 +53,7 @@ func runAllocator(args []string) int {
 	m := metrics.New()
 	staleAfter := 3 * cfg.HeartbeatInterval
 	mux := http.NewServeMux()
+	var alloc allocator.Allocator // its assignments in flight, between heartbeats
 	mux.HandleFunc("GET /v1/allocate", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
@@ -63,7 +65,7 @@ func runAllocator(args []string) int {
 			fmt.Fprintf(w, `{"error":{"code":"unavailable","message":"cluster backend unavailable"}}`)
 			return
 		}
-		gateway.ServeAllocation(w, nodes, staleAfter)
+		gateway.ServeAllocation(w, &alloc, nodes, staleAfter)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, `{"status":"ok"}`) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

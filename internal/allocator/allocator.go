@@ -1,21 +1,44 @@
 // Package allocator chooses the node a new connection should go to:
 // among fresh, non-draining nodes, the least loaded by connections divided
-// by weight, picking at random between the best two so that allocators
-// acting at once do not all pile onto one node. A warming node takes new
-// connections only in proportion to its weight.
+// by weight, counting the connections this allocator sent to each node
+// since that node's last heartbeat (which counts them itself), and picking
+// at random among the nodes that tie for the least load, so that a wave
+// of reconnects (a drain, a crash) spreads over every node with room and
+// allocators acting at once do not all pile onto one. A warming node takes
+// new connections only in proportion to its weight.
 package allocator
 
 import (
 	"math/rand/v2"
-	"sort"
+	"sync"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
 )
 
-// Choose returns the chosen node, or false when none is available. now
-// and staleAfter decide which heartbeats are too old; rnd may be nil.
+// Allocator chooses nodes and remembers its assignments in flight: those
+// made since each node's last heartbeat. Its zero value is ready.
+type Allocator struct {
+	mu      sync.Mutex
+	pending map[string]inFlight // by node id
+}
+
+type inFlight struct {
+	heartbeat int64 // the node's heartbeat the count is since
+	n         int
+}
+
+// Choose returns a node with a stateless allocator (no assignment in
+// flight is remembered between calls).
 func Choose(nodes []cluster.NodeInfo, now time.Time, staleAfter time.Duration, rnd *rand.Rand) (cluster.NodeInfo, bool) {
+	var a Allocator
+	return a.Choose(nodes, now, staleAfter, rnd)
+}
+
+// Choose returns the chosen node, or false when none is available, and
+// counts the assignment. now and staleAfter decide which heartbeats are
+// too old; rnd may be nil.
+func (a *Allocator) Choose(nodes []cluster.NodeInfo, now time.Time, staleAfter time.Duration, rnd *rand.Rand) (cluster.NodeInfo, bool) {
 	if rnd == nil {
 		rnd = rand.New(rand.NewPCG(uint64(now.UnixNano()), 0x9e3779b97f4a7c15))
 	}
@@ -37,17 +60,29 @@ func Choose(nodes []cluster.NodeInfo, now time.Time, staleAfter time.Duration, r
 			return cluster.NodeInfo{}, false
 		}
 	}
-	sort.Slice(cands, func(i, j int) bool {
-		li, lj := Load(cands[i]), Load(cands[j])
-		if li != lj {
-			return li < lj
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen := make(map[string]inFlight, len(nodes))
+	for _, n := range nodes {
+		if p, ok := a.pending[n.ID]; ok && p.heartbeat == n.Heartbeat {
+			seen[n.ID] = p
 		}
-		return cands[i].ID < cands[j].ID
-	})
-	if len(cands) == 1 {
-		return cands[0], true
 	}
-	return cands[rnd.IntN(2)], true
+	a.pending = seen // a node's count ends with its next heartbeat, or when it is gone
+	var least []cluster.NodeInfo
+	var min float64
+	for _, n := range cands {
+		l := loadWith(n, seen[n.ID].n)
+		switch {
+		case len(least) == 0 || l < min:
+			least, min = append(least[:0], n), l
+		case l == min:
+			least = append(least, n)
+		}
+	}
+	choice := least[rnd.IntN(len(least))]
+	a.pending[choice.ID] = inFlight{heartbeat: choice.Heartbeat, n: seen[choice.ID].n + 1}
+	return choice, true
 }
 
 // Eligible filters nodes that may take connections: active or warming,
@@ -72,10 +107,13 @@ func Stale(n cluster.NodeInfo, now time.Time, staleAfter time.Duration) bool {
 }
 
 // Load is connections per unit of weight.
-func Load(n cluster.NodeInfo) float64 {
+func Load(n cluster.NodeInfo) float64 { return loadWith(n, 0) }
+
+// loadWith is Load with extra connections assigned.
+func loadWith(n cluster.NodeInfo, extra int) float64 {
 	w := n.Weight
 	if w <= 0 {
 		w = 1
 	}
-	return float64(n.Connections) / float64(w)
+	return float64(n.Connections+extra) / float64(w)
 }

@@ -22,10 +22,10 @@ import (
 // publisher, the sequence numbers of payloads "p<publisher>:<n>", and the
 // loss notices (nil payloads).
 type streamSub struct {
-	mu      sync.Mutex
-	seqs    map[int][]int
-	other   map[string]int
-	lost    int
+	mu    sync.Mutex
+	seqs  map[int][]int
+	other map[string]int
+	lost  int
 }
 
 func (s *streamSub) handle(m []byte) {

@@ -623,13 +623,13 @@ func (n *Node) serveAllocate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
 		return
 	}
-	ServeAllocation(w, nodes, n.staleAfter())
+	ServeAllocation(w, &n.alloc, nodes, n.staleAfter())
 }
 
 // ServeAllocation answers /v1/allocate from a node list (shared with the
-// standalone allocator).
-func ServeAllocation(w http.ResponseWriter, nodes []cluster.NodeInfo, staleAfter time.Duration) {
-	choice, ok := allocator.Choose(nodes, time.Now(), staleAfter, nil)
+// standalone allocator) with a's choice.
+func ServeAllocation(w http.ResponseWriter, a *allocator.Allocator, nodes []cluster.NodeInfo, staleAfter time.Duration) {
+	choice, ok := a.Choose(nodes, time.Now(), staleAfter, nil)
 	if !ok {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "no node available")

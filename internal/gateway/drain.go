@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/wsgate/wsgate/internal/allocator"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -124,7 +123,7 @@ func (n *Node) drainTargets() []cluster.NodeInfo {
 // redirect sends c to the allocator's choice among targets (close 4001),
 // or closes it with 1001 when there is none.
 func (n *Node) redirect(c *conn, targets []cluster.NodeInfo) {
-	choice, ok := allocator.Choose(targets, time.Now(), n.staleAfter(), nil)
+	choice, ok := n.alloc.Choose(targets, time.Now(), n.staleAfter(), nil)
 	if !ok {
 		c.close(protocol.CloseGoingAway, "node shutting down")
 		return

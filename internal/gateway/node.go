@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/wsgate/wsgate/internal/allocator"
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
@@ -51,6 +52,7 @@ type Node struct {
 	log     *slog.Logger
 	backend cluster.Backend
 	metrics *metrics.Metrics
+	alloc   allocator.Allocator // /v1/allocate and drain's redirects
 
 	verifier  *auth.Verifier
 	keys      *auth.KeySet // WSGATE_JWKS_URL; nil when unset

@@ -554,4 +554,3 @@ func routeNodes(routes []cluster.Route) []string {
 	}
 	return out
 }
-

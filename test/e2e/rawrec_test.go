@@ -47,7 +47,7 @@ type event struct {
 	from, to int64  // gap
 	id       string // message id
 	event    string
-	job      int // data.job of the message; -1 when absent
+	job      int    // data.job of the message; -1 when absent
 	room     string // a reliable room's message or gap: seq, from, to are the room's
 }
 
