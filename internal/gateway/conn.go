@@ -497,6 +497,12 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 	c.outq = append(c.outq, wsframe.CloseFrame(code, reason))
 	c.dropHeldLocked()
 	c.wakeCatchUpLocked()
+	if code == protocol.CloseSlowConsumer && !wasResuming {
+		// Its close frame may wait long for the socket: the connection
+		// leaves presence, routes and wsgate_connections now (contract
+		// 22); teardown's own forget then finds nothing left to do.
+		go c.n.forget(c)
+	}
 	c.logger().Info("closing connection", "code", code, "reason", reason)
 	if wasResuming || (!c.writing && !c.waitOut) {
 		c.scheduleWriteLocked()

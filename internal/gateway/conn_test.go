@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -170,6 +171,48 @@ func TestChatOverflowClosesSlowConsumerOnly(t *testing.T) {
 	}
 	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "fast"}, Event: "ok"})
 	fast.expect("message")
+}
+
+// A connection closed as a slow consumer leaves presence and
+// wsgate_connections at once, while its close frame still waits for the
+// socket (contract 22): publishes in that window answer online:false.
+// The close handshake's timeout is put off for the test, so only the
+// close itself can take the connection out.
+func TestSlowConsumerLeavesPresenceAtOnce(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) { c.SendQueue = 4 })
+	hdr := http.Header{"Authorization": {"Bearer " + token(t, "stalled", nil)}}
+	n.dial(t, "", hdr, false) // never reads
+	n.connect(t, "fast", "")
+	eventually(t, 5*time.Second, "connected", func() bool { return n.hub.count() == 2 })
+	stalled := n.hub.userConns("stalled")[0]
+	payload := raw(`"` + strings.Repeat("x", 60000) + `"`)
+	for i := 0; i < 200 && counterValue(t, n, "wsgate_connection_closes_total", "4008") == 0; i++ {
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Data: payload})
+	}
+	stalled.mu.Lock()
+	if stalled.state != stClosing {
+		stalled.mu.Unlock()
+		t.Fatalf("stalled connection in state %d after its 4008, want closing", stalled.state)
+	}
+	stalled.closingSince = time.Now().Add(time.Hour).Unix() // the sweep leaves it closing
+	stalled.pendingSince = 0
+	stalled.mu.Unlock()
+	eventually(t, 20*time.Second, "stalled gone from presence", func() bool {
+		p, err := n.Presence(context.Background(), "stalled")
+		return err == nil && len(p) == 0
+	})
+	if got := counterValue(t, n, "wsgate_connections", ""); got != 1 {
+		t.Fatalf("wsgate_connections %v after the slow consumer's close, want 1", got)
+	}
+	r := pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Event: "e", Data: raw(`1`)})
+	if r.Online == nil || *r.Online {
+		t.Fatalf("publish to the closed slow consumer: %+v, want online false", r)
+	}
+	stalled.mu.Lock()
+	defer stalled.mu.Unlock()
+	if stalled.state != stClosing {
+		t.Fatalf("state %d: the connection was torn down, the test shows nothing", stalled.state)
+	}
 }
 
 func TestSilentClientTimesOut(t *testing.T) {
