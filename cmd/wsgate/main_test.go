@@ -226,3 +226,40 @@ func TestDevServesAndExitsZeroOnSIGTERM(t *testing.T) {
 		t.Errorf("no drain on SIGTERM:\n%s", p.Output())
 	}
 }
+
+// `wsgate dev` on a non-loopback address warns that its API is open;
+// on loopback, or with an API key, it does not.
+func TestDevWarnsWhenItsOpenAPIIsReachableFromOtherMachines(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		env  []string
+		warn bool
+	}{
+		{"0.0.0.0", nil, true},
+		{"127.0.0.1", nil, false},
+		{"0.0.0.0", []string{"WSGATE_API_KEY=a-long-enough-dev-api-key-0123456789"}, false},
+	} {
+		l, err := net.Listen("tcp", tc.host+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		l.Close()
+		cmd := exec.Command(binPath, "dev", "--listen", tc.host+":"+port)
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, tc.env...)
+		p := proc.Start(t, "wsgate dev", cmd)
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(p.Output(), "wsgate dev is up") {
+			if time.Now().After(deadline) || p.Exited() {
+				t.Fatalf("%s %v: never up\n%s", tc.host, tc.env, p.Output())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got := strings.Contains(p.Output(), "OPEN API"); got != tc.warn {
+			t.Errorf("listen %s %v: warning %v, want %v\n%s", tc.host, tc.env, got, tc.warn, p.Output())
+		}
+		if !p.Stop(20 * time.Second) {
+			t.Fatalf("still running 20s after SIGTERM\n%s", p.Output())
+		}
+	}
+}

@@ -49,7 +49,7 @@ func (n *Node) clientRoutes(mux *http.ServeMux) {
 // loopbackPprof (the shared listener) the profiler answers loopback
 // peers only: its cmdline and heap would tell a stranger too much.
 func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
-	mux.Handle("GET /metrics", n.metrics.Handler())
+	mux.Handle("GET /metrics", n.devHostOnly(n.metrics.Handler()))
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
 		mux.HandleFunc(pattern, n.apiHandler(h))
 	}
@@ -72,7 +72,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 	if loopbackPprof {
 		p = LoopbackOnly(p)
 	}
-	mux.Handle("/debug/pprof/", p)
+	mux.Handle("/debug/pprof/", n.devHostOnly(p))
 }
 
 func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
