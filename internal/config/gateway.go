@@ -174,7 +174,7 @@ func registerGateway(s *Set, c *Gateway) {
 	s.String(&c.UpstreamURL, "upstream-url", "", "where client send frames and events go: redis://host:port/db?stream=NAME, "+
 		"nats://host:port?subject=S&stream=N, kafka://b1:9092,b2:9092/TOPIC or an http(s):// webhook; empty = send refused").
 		SecretURL()
-	s.String(&c.UpstreamSecret, "upstream-secret", "", "HMAC-SHA256 key signing webhook and rpc bodies (X-Wsgate-Signature)").Secret()
+	s.String(&c.UpstreamSecret, "upstream-secret", "", "HMAC-SHA256 key signing webhook, rpc and connect-proxy requests (X-Wsgate-Signature-V2 and X-Wsgate-Signature; docs/upstream.md)").Secret()
 	s.String(&c.RPCURL, "rpc-url", "", "http(s):// endpoint answering client rpc frames; empty = rpc refused").SecretURL()
 	s.Duration(&c.PingInterval, "ping-interval", 25*time.Second, "server WebSocket ping period")
 	s.Duration(&c.PongTimeout, "pong-timeout", 60*time.Second, "close a connection silent for this long; must exceed the ping interval")
