@@ -263,3 +263,55 @@ func TestDevWarnsWhenItsOpenAPIIsReachableFromOtherMachines(t *testing.T) {
 		}
 	}
 }
+
+// `wsgate allocator` answers pages of WSGATE_ALLOWED_ORIGINS (CORS,
+// preflight included), and no other origin.
+func TestAllocatorCORS(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(binPath, "allocator", "--listen", addr)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "WSGATE_ALLOWED_ORIGINS=https://app.example"}
+	p := proc.Start(t, "wsgate allocator", cmd)
+	call := func(method, origin string) (*http.Response, error) {
+		req, _ := http.NewRequest(method, "http://"+addr+"/v1/allocate?user=u", nil)
+		req.Header.Set("Origin", origin)
+		if method == http.MethodOptions {
+			req.Header.Set("Access-Control-Request-Method", "GET")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := call(http.MethodGet, "https://app.example")
+		if err == nil {
+			// No Redis: 503, but readable by the page (it tells the client to retry).
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+				t.Errorf("GET from an allowed origin: %d %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+			}
+			break
+		}
+		if time.Now().After(deadline) || p.Exited() {
+			t.Fatalf("allocator never up: %v\n%s", err, p.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if resp, err := call(http.MethodOptions, "https://app.example"); err != nil || resp.StatusCode != http.StatusNoContent ||
+		resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Errorf("preflight from an allowed origin: %v %v", resp, err)
+	}
+	if resp, err := call(http.MethodOptions, "https://evil.example"); err != nil || resp.StatusCode != http.StatusForbidden ||
+		resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("preflight from another origin: %v %v", resp, err)
+	}
+	if resp, err := call(http.MethodGet, "https://evil.example"); err != nil || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("GET from another origin: %v %v", resp, err)
+	}
+}

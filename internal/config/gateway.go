@@ -157,7 +157,7 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Duration(&c.JWTMaxLifetime, "jwt-max-lifetime", 0, "refuse tokens whose exp lies further than this in the future (0 = no limit)")
 	s.Bool(&c.AuthInsecure, "auth-insecure", false, "accept ?user=ID without a token (for tests; logged loudly)")
 	s.Bool(&c.AllowQueryToken, "allow-query-token", true, "accept the token in the token query parameter")
-	s.List(&c.AllowedOrigins, "allowed-origins", nil, "comma list of allowed Origin values (* allows any); "+
+	s.List(&c.AllowedOrigins, "allowed-origins", nil, "comma list of allowed Origin values (* allows any), for handshakes and for CORS on /client/wsgate.js and /v1/allocate; "+
 		"empty = an Origin header must be same-host; requests without Origin are allowed")
 	s.Int(&c.MaxMessageBytes, "max-message-bytes", 65536, "largest client frame in bytes (128 to 16 MiB)")
 	s.Int(&c.PartialFrameBudget, "partial-frame-budget", 64<<20, "bytes the node holds for client frames not yet complete, all connections together; "+

@@ -12,7 +12,7 @@ func TestAllocator(t *testing.T) {
 	if err := s.Load(nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	want := Allocator{Listen: ":8080", RedisPrefix: "wsgate", HeartbeatInterval: 2 * time.Second, LogLevel: "info"}
+	want := Allocator{Listen: ":8080", RedisPrefix: "wsgate", HeartbeatInterval: 2 * time.Second, AllowedOrigins: []string{}, LogLevel: "info"}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults: got %+v, want %+v", c, want)
 	}
@@ -38,6 +38,7 @@ func TestAllocator(t *testing.T) {
 		{"prefix", func(c *Allocator) { c.RedisPrefix = "" }, "WSGATE_REDIS_PREFIX must not be empty"},
 		{"heartbeat", func(c *Allocator) { c.HeartbeatInterval = 0 }, "WSGATE_HEARTBEAT_INTERVAL (0s) must be positive"},
 		{"log level", func(c *Allocator) { c.LogLevel = "x" }, "WSGATE_LOG_LEVEL (\"x\") must be debug, info, warn or error"},
+		{"origins", func(c *Allocator) { c.AllowedOrigins = []string{"app.example"} }, "WSGATE_ALLOWED_ORIGINS entry \"app.example\" must be * or an origin"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
