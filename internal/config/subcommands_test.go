@@ -56,9 +56,9 @@ func TestAutoscaler(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Autoscaler{
-		Listen: ":8081", RedisPrefix: "wsgate", HeartbeatInterval: 2 * time.Second,
+		Listen: ":9181", RedisPrefix: "wsgate", HeartbeatInterval: 2 * time.Second,
 		Interval: 15 * time.Second, MaxConnsPerNode: 15000, ScaleOutAt: 0.75, ScaleInAt: 0.35,
-		CPUOutAt: 0.80, CPUInAt: 0.30, MinNodes: 2, MaxNodes: 10, Cooldown: 5 * time.Minute,
+		CPUOutAt: 0.80, CPUInAt: 0.30, MinNodes: 2, MaxNodes: 10, Cooldown: 5 * time.Minute, StartupGrace: 5 * time.Minute,
 		Actuator: "exec", LocalBasePort: 8090, LogLevel: "info",
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -97,6 +97,8 @@ func TestAutoscaler(t *testing.T) {
 		{"max equals min", func(c *Autoscaler) { c.MinNodes, c.MaxNodes = 2, 2 }, ""},
 		{"cooldown negative", func(c *Autoscaler) { c.Cooldown = -time.Second }, "WSGATE_COOLDOWN (-1s) must not be negative"},
 		{"cooldown zero", func(c *Autoscaler) { c.Cooldown = 0 }, ""},
+		{"startup grace negative", func(c *Autoscaler) { c.StartupGrace = -time.Second }, "WSGATE_STARTUP_GRACE (-1s) must not be negative"},
+		{"startup grace zero", func(c *Autoscaler) { c.StartupGrace = 0 }, ""},
 		{"actuator", func(c *Autoscaler) { c.Actuator = "docker" }, `WSGATE_ACTUATOR ("docker") must be exec, kubernetes or local`},
 		{"exec without command", func(c *Autoscaler) { c.ExecCommand = "" }, "WSGATE_EXEC_COMMAND must be set when WSGATE_ACTUATOR=exec"},
 		{"kubernetes without deployment", func(c *Autoscaler) { c.Actuator = "kubernetes" },
