@@ -17,7 +17,8 @@ import (
 // without a token (or any handshake when no JWT key is configured) is
 // authorized by the business, from its cookies and headers, before the
 // upgrade. The request is built in admit (on the event loop: no I/O) and
-// made by askProxy on the handshake's own goroutine.
+// made by askProxy on the handshake's own goroutine, signed as webhook and
+// rpc requests are (upstream.PostSigned, contract section 22).
 
 // connectProxyTimeout bounds one proxy call; no answer by then is 503.
 const connectProxyTimeout = 5 * time.Second
