@@ -18,7 +18,7 @@ import (
 func TestClientLibrary(t *testing.T) {
 	browser := newBrowser(t)
 	mux := http.NewServeMux()
-	web.Register(mux)
+	web.Register(mux, nil)
 	mux.Handle("GET /testdata/", http.StripPrefix("/testdata/", http.FileServer(http.Dir("testdata"))))
 	mux.Handle("GET /pkg/", http.StripPrefix("/pkg/", http.FileServer(http.Dir("client"))))
 	srv := httptest.NewServer(mux)
@@ -48,7 +48,7 @@ func TestClientLibrary(t *testing.T) {
 // TestRoutes checks what Register serves, without a browser.
 func TestRoutes(t *testing.T) {
 	mux := http.NewServeMux()
-	web.Register(mux)
+	web.Register(mux, nil)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for _, tc := range []struct {

@@ -24,7 +24,7 @@ func TestTokenRefreshInBand(t *testing.T) {
 	dev := startDev(t, "WSGATE_ALLOWED_ORIGINS=*", "WSGATE_JWT_SECRET="+secret, "WSGATE_AUTH_INSECURE=false")
 	var issued atomic.Int64
 	mux := http.NewServeMux()
-	web.Register(mux)
+	web.Register(mux, nil)
 	mux.Handle("GET /testdata/", http.StripPrefix("/testdata/", http.FileServer(http.Dir("testdata"))))
 	mux.HandleFunc("GET /token", func(w http.ResponseWriter, r *http.Request) {
 		issued.Add(1)

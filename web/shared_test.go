@@ -27,7 +27,7 @@ func TestSharedConnectionTabs(t *testing.T) {
 	browser := newBrowser(t)
 	dev := startDev(t, "WSGATE_ALLOWED_ORIGINS=*")
 	mux := http.NewServeMux()
-	web.Register(mux)
+	web.Register(mux, nil)
 	mux.Handle("GET /testdata/", http.StripPrefix("/testdata/", http.FileServer(http.Dir("testdata"))))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

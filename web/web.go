@@ -29,26 +29,39 @@ const PageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-sr
 
 // Register serves every web page and file on mux: the console at /, the
 // demo chat at /demo, the JavaScript client and the pages' assets.
-func Register(mux *http.ServeMux) {
+// clientCORS, when not nil, wraps the JavaScript client's handler (also
+// registered for OPTIONS, for preflights): pages of other origins import
+// it (see auth.OriginPolicy.CORS).
+func Register(mux *http.ServeMux, clientCORS func(http.Handler) http.Handler) {
 	h := newHandlers()
 	mux.HandleFunc("GET /{$}", h.page("index.html"))
 	mux.HandleFunc("GET /demo", h.page("demo.html"))
-	mux.Handle("GET /client/", h.client)
+	h.registerClient(mux, "/client/", clientCORS)
 	mux.Handle("GET /assets/", h.files)
 }
 
 // RegisterPublic serves what a public listener carries when the admin
-// plane has its own (WSGATE_ADMIN_LISTEN): the JavaScript client, and with
-// demo the demo chat with the assets it loads. The console is not served.
-func RegisterPublic(mux *http.ServeMux, demo bool) {
+// plane has its own (WSGATE_ADMIN_LISTEN): the JavaScript client (with
+// clientCORS as for Register), and with demo the demo chat with the
+// assets it loads. The console is not served.
+func RegisterPublic(mux *http.ServeMux, demo bool, clientCORS func(http.Handler) http.Handler) {
 	h := newHandlers()
-	mux.Handle("GET /client/wsgate.js", h.client)
+	h.registerClient(mux, "/client/wsgate.js", clientCORS)
 	if demo {
 		mux.HandleFunc("GET /demo", h.page("demo.html"))
 		for _, f := range demoAssets {
 			mux.Handle("GET /assets/"+f, h.files)
 		}
 	}
+}
+
+func (h *handlers) registerClient(mux *http.ServeMux, path string, cors func(http.Handler) http.Handler) {
+	if cors == nil {
+		mux.Handle("GET "+path, h.client)
+		return
+	}
+	mux.Handle("GET "+path, cors(h.client))
+	mux.Handle("OPTIONS "+path, cors(h.client))
 }
 
 // demoAssets are the files of assets/ that the demo page loads.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/allocator"
+	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/gateway"
@@ -54,7 +55,7 @@ func runAllocator(args []string) int {
 	staleAfter := 3 * cfg.HeartbeatInterval
 	mux := http.NewServeMux()
 	var alloc allocator.Allocator // its assignments in flight, between heartbeats
-	mux.HandleFunc("GET /v1/allocate", func(w http.ResponseWriter, r *http.Request) {
+	allocate := auth.NewOriginPolicy(cfg.AllowedOrigins).CORS(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
 		nodes, err := backend.Nodes(ctx)
@@ -66,7 +67,9 @@ func runAllocator(args []string) int {
 			return
 		}
 		gateway.ServeAllocation(w, &alloc, nodes, staleAfter)
-	})
+	}))
+	mux.Handle("GET /v1/allocate", allocate)
+	mux.Handle("OPTIONS /v1/allocate", allocate)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, `{"status":"ok"}`) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -79,7 +79,7 @@ func runAutoscaler(args []string) int {
 	log.Info("autoscaler listening", "listen", ln.Addr().String(), "actuator", act.Name(), "version", version,
 		"interval", cfg.Interval.String(), "min_nodes", cfg.MinNodes, "max_nodes", cfg.MaxNodes,
 		"max_conns_per_node", cfg.MaxConnsPerNode, "scale_out_at", cfg.ScaleOutAt, "scale_in_at", cfg.ScaleInAt,
-		"cpu_out_at", cfg.CPUOutAt, "cpu_in_at", cfg.CPUInAt, "cooldown", cfg.Cooldown.String())
+		"cpu_out_at", cfg.CPUOutAt, "cpu_in_at", cfg.CPUInAt, "cooldown", cfg.Cooldown.String(), "startup_grace", cfg.StartupGrace.String())
 
 	runCtx, stop := context.WithCancel(context.Background())
 	loopDone := make(chan struct{})

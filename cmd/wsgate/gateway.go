@@ -71,6 +71,18 @@ func runGateway(args []string, dev bool) int {
 		cfg.AdvertiseURL = config.AdvertiseURLFor(ln.Addr().String(), cfg.TLSCertFile != "")
 	}
 	checkFileLimit(log)
+	if dev && cfg.APIKey == "" {
+		apiAddr := ln.Addr()
+		if adminLn != nil {
+			apiAddr = adminLn.Addr()
+		}
+		if !isLoopback(apiAddr) {
+			log.Warn("OPEN API: wsgate dev serves the server API without a key on a non-loopback address: "+
+				"anyone who can reach it may publish, disconnect users, drain the node and read metrics; "+
+				"set WSGATE_API_KEY, or listen on 127.0.0.1", "api_listen", apiAddr.String())
+			fmt.Fprintf(os.Stderr, "\n  WARNING: wsgate dev's API is open (no WSGATE_API_KEY) on %s, reachable from other machines.\n\n", apiAddr)
+		}
+	}
 	if cfg.AuthInsecure {
 		log.Warn("INSECURE: clients may connect with ?user=ID and no token (WSGATE_AUTH_INSECURE); never run this in production")
 	}
@@ -153,6 +165,13 @@ func runGateway(args []string, dev bool) int {
 	node.Shutdown(ctx)
 	log.Info("gateway stopped")
 	return 0
+}
+
+// isLoopback reports whether a listener's address is a loopback one (an
+// unspecified address listens on every interface: not loopback).
+func isLoopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }
 
 func hostPort(addr string) string {

@@ -226,3 +226,92 @@ func TestDevServesAndExitsZeroOnSIGTERM(t *testing.T) {
 		t.Errorf("no drain on SIGTERM:\n%s", p.Output())
 	}
 }
+
+// `wsgate dev` on a non-loopback address warns that its API is open;
+// on loopback, or with an API key, it does not.
+func TestDevWarnsWhenItsOpenAPIIsReachableFromOtherMachines(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		env  []string
+		warn bool
+	}{
+		{"0.0.0.0", nil, true},
+		{"127.0.0.1", nil, false},
+		{"0.0.0.0", []string{"WSGATE_API_KEY=a-long-enough-dev-api-key-0123456789"}, false},
+	} {
+		l, err := net.Listen("tcp", tc.host+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		l.Close()
+		cmd := exec.Command(binPath, "dev", "--listen", tc.host+":"+port)
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, tc.env...)
+		p := proc.Start(t, "wsgate dev", cmd)
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(p.Output(), "wsgate dev is up") {
+			if time.Now().After(deadline) || p.Exited() {
+				t.Fatalf("%s %v: never up\n%s", tc.host, tc.env, p.Output())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got := strings.Contains(p.Output(), "OPEN API"); got != tc.warn {
+			t.Errorf("listen %s %v: warning %v, want %v\n%s", tc.host, tc.env, got, tc.warn, p.Output())
+		}
+		if !p.Stop(20 * time.Second) {
+			t.Fatalf("still running 20s after SIGTERM\n%s", p.Output())
+		}
+	}
+}
+
+// `wsgate allocator` answers pages of WSGATE_ALLOWED_ORIGINS (CORS,
+// preflight included), and no other origin.
+func TestAllocatorCORS(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(binPath, "allocator", "--listen", addr)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "WSGATE_ALLOWED_ORIGINS=https://app.example"}
+	p := proc.Start(t, "wsgate allocator", cmd)
+	call := func(method, origin string) (*http.Response, error) {
+		req, _ := http.NewRequest(method, "http://"+addr+"/v1/allocate?user=u", nil)
+		req.Header.Set("Origin", origin)
+		if method == http.MethodOptions {
+			req.Header.Set("Access-Control-Request-Method", "GET")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := call(http.MethodGet, "https://app.example")
+		if err == nil {
+			// No Redis: 503, but readable by the page (it tells the client to retry).
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+				t.Errorf("GET from an allowed origin: %d %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+			}
+			break
+		}
+		if time.Now().After(deadline) || p.Exited() {
+			t.Fatalf("allocator never up: %v\n%s", err, p.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if resp, err := call(http.MethodOptions, "https://app.example"); err != nil || resp.StatusCode != http.StatusNoContent ||
+		resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Errorf("preflight from an allowed origin: %v %v", resp, err)
+	}
+	if resp, err := call(http.MethodOptions, "https://evil.example"); err != nil || resp.StatusCode != http.StatusForbidden ||
+		resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("preflight from another origin: %v %v", resp, err)
+	}
+	if resp, err := call(http.MethodGet, "https://evil.example"); err != nil || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("GET from another origin: %v %v", resp, err)
+	}
+}

@@ -53,6 +53,7 @@ type Controller struct {
 	m   *Metrics
 
 	mu       sync.Mutex
+	started  time.Time // the first Step's time (Policy.StartupGrace)
 	status   *Status
 	ready    bool
 	lastOut  time.Time
@@ -82,6 +83,7 @@ type policyJSON struct {
 	MinNodes        int     `json:"min_nodes"`
 	MaxNodes        int     `json:"max_nodes"`
 	Cooldown        string  `json:"cooldown"`
+	StartupGrace    string  `json:"startup_grace"`
 	Interval        string  `json:"interval"`
 }
 
@@ -157,7 +159,10 @@ func (c *Controller) Step(ctx context.Context) Decision {
 
 	c.mu.Lock()
 	c.ready = true
-	st := State{Now: now, Policy: c.opt.Policy, Nodes: nodes, LastScaleOut: c.lastOut, LastScaleIn: c.lastIn, Drain: c.drain}
+	if c.started.IsZero() {
+		c.started = now
+	}
+	st := State{Now: now, Policy: c.opt.Policy, Nodes: nodes, Started: c.started, LastScaleOut: c.lastOut, LastScaleIn: c.lastIn, Drain: c.drain}
 	c.mu.Unlock()
 	d := Decide(st)
 	if d.DrainGone || d.DrainLost {
@@ -215,7 +220,7 @@ func (c *Controller) record(d Decision, actErr error) {
 		Actuator: c.opt.Actuator.Name(),
 		Policy: policyJSON{MaxConnsPerNode: p.MaxConnsPerNode, ScaleOutAt: p.ScaleOutAt, ScaleInAt: p.ScaleInAt,
 			CPUOutAt: p.CPUOutAt, CPUInAt: p.CPUInAt, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes,
-			Cooldown: p.Cooldown.String(), Interval: c.opt.Interval.String()},
+			Cooldown: p.Cooldown.String(), StartupGrace: p.StartupGrace.String(), Interval: c.opt.Interval.String()},
 	}
 	if s.Decision.Reasons == nil {
 		s.Decision.Reasons = []string{}

@@ -81,7 +81,7 @@ func TestE2EScaleOutAndIn(t *testing.T) {
 
 	as := startProc(t, "autoscaler", bin, []string{"autoscaler",
 		"--actuator", "local", "--min-nodes", "1", "--max-nodes", "3", "--max-conns-per-node", "40",
-		"--interval", "1s", "--cooldown", "2s",
+		"--interval", "1s", "--cooldown", "2s", "--startup-grace", "2s",
 		"--redis-url", redis.URL(), "--listen", fmt.Sprintf("127.0.0.1:%d", asPort),
 		"--local-base-port", strconv.Itoa(basePort), "--local-binary", bin,
 	}, []string{"WSGATE_CONFIG=", "WSGATE_API_KEY=" + e2eAPIKey, "WSGATE_JWT_SECRET=" + e2eJWTSecret}) // secrets never on a command line

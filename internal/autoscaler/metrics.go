@@ -28,7 +28,7 @@ type Metrics struct {
 var decisionLabels = map[Action][]string{
 	ActionScaleOut: {ReasonBelowMin, ReasonConnsHigh, ReasonCPUHigh},
 	ActionScaleIn:  {ReasonAboveMax, ReasonConnsLow},
-	ActionNone: {ReasonWithinBand, ReasonAtMax, ReasonAtMin, ReasonCPUNotLow, ReasonCooldown,
+	ActionNone: {ReasonWithinBand, ReasonAtMax, ReasonAtMin, ReasonCPUNotLow, ReasonCooldown, ReasonStartupGrace,
 		ReasonDrainInProgress, ReasonWouldOverload, ReasonNoDrainCandidate, ReasonBackendDown},
 }
 

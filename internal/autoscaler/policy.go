@@ -23,6 +23,11 @@ type Policy struct {
 	// Cooldown is the least time after a scale-out before the next
 	// scale-out, and after any action before a scale-in.
 	Cooldown time.Duration
+	// StartupGrace is the least time after the controller's start (its
+	// first decision) before a scale-in: it remembers no earlier action,
+	// and a node just started may not have reported its load yet.
+	// Scale-outs are not held back.
+	StartupGrace time.Duration
 	// StaleAfter: a node whose heartbeat is older is not counted at all.
 	StaleAfter time.Duration
 	// DrainWait bounds how long a requested drain may take to show up in
@@ -54,6 +59,7 @@ const (
 	ReasonAtMin            = "at_min_nodes"        // would scale in, already at --min-nodes
 	ReasonCPUNotLow        = "cpu_not_low"         // connections low, CPU not below --cpu-in-at
 	ReasonCooldown         = "cooldown"            // would act, cooldown not over
+	ReasonStartupGrace     = "startup_grace"       // would scale in, --startup-grace since the start not over
 	ReasonDrainInProgress  = "drain_in_progress"   // would scale in, a node is still draining
 	ReasonWouldOverload    = "scale_in_overload"   // removing a node would put the rest above the scale-out thresholds
 	ReasonNoDrainCandidate = "no_drain_candidate"  // would scale in, no active node to drain
@@ -72,6 +78,8 @@ type State struct {
 	Now    time.Time
 	Policy Policy
 	Nodes  []cluster.NodeInfo // the cluster's node records, as read
+	// Started is when the controller made its first decision (zero: now).
+	Started time.Time
 	// LastScaleOut and LastScaleIn are the times of the last successful
 	// actions (zero: none yet).
 	LastScaleOut time.Time
@@ -185,6 +193,11 @@ func Decide(s State) Decision {
 
 	outWait := cooldownLeft(s.Now, p.Cooldown, s.LastScaleOut)
 	inWait := max(outWait, cooldownLeft(s.Now, p.Cooldown, s.LastScaleIn))
+	started := s.Started
+	if started.IsZero() {
+		started = s.Now
+	}
+	graceLeft := max(0, started.Add(p.StartupGrace).Sub(s.Now))
 
 	// Nodes needed to bring the load to the middle of the band, so that
 	// one scale-out does not land right under the next trigger.
@@ -221,6 +234,10 @@ func Decide(s State) Decision {
 		case drainBusy:
 			d.Reason = ReasonDrainInProgress
 			say("scale-in (%s) waits: one node at a time, a drain is still in progress", reason)
+			return d
+		case graceLeft > 0:
+			d.Reason = ReasonStartupGrace
+			say("scale-in (%s) waits for the start-up grace (--startup-grace %s): %s left", reason, p.StartupGrace, graceLeft.Round(time.Millisecond))
 			return d
 		case inWait > 0:
 			d.Reason = ReasonCooldown

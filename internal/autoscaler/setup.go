@@ -18,6 +18,7 @@ func PolicyFrom(cfg config.Autoscaler) Policy {
 		MinNodes:        cfg.MinNodes,
 		MaxNodes:        cfg.MaxNodes,
 		Cooldown:        cfg.Cooldown,
+		StartupGrace:    cfg.StartupGrace,
 		StaleAfter:      3 * cfg.HeartbeatInterval,
 	}
 }

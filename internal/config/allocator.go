@@ -8,6 +8,7 @@ type Allocator struct {
 	RedisURL          string // empty = embedded backend: sees no gateway, answers 503
 	RedisPrefix       string
 	HeartbeatInterval time.Duration // the gateways' report period; older than 3 periods = gone
+	AllowedOrigins    []string      // pages' origins that may fetch /v1/allocate (CORS), as the gateway's
 	LogLevel          string
 }
 
@@ -22,6 +23,8 @@ func NewAllocatorSet(cfg *Allocator) *Set {
 	s.String(&cfg.RedisPrefix, "redis-prefix", "wsgate", "prefix of every Redis key and channel of the cluster")
 	s.Duration(&cfg.HeartbeatInterval, "heartbeat-interval", 2*time.Second,
 		"the gateways' report period; a node silent for 3 periods is skipped")
+	s.List(&cfg.AllowedOrigins, "allowed-origins", nil, "comma list of Origin values (* allows any) whose pages may fetch /v1/allocate "+
+		"(CORS, as the gateways' WSGATE_ALLOWED_ORIGINS); empty = same host only")
 	s.String(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return s
 }
@@ -33,6 +36,7 @@ func (c *Allocator) Validate() error {
 	v.redisURL("redis-url", c.RedisURL)
 	v.redisPrefix("redis-prefix", c.RedisPrefix)
 	v.positive("heartbeat-interval", c.HeartbeatInterval)
+	checkOrigins(&v, c.AllowedOrigins)
 	v.logLevel("log-level", c.LogLevel)
 	return v.err
 }

@@ -18,6 +18,7 @@ type Autoscaler struct {
 	MinNodes        int
 	MaxNodes        int
 	Cooldown        time.Duration // after a scale-out before the next; after any action before a scale-in
+	StartupGrace    time.Duration // after the start before any scale-in; 0 = none
 
 	Actuator      string // ActuatorExec, ActuatorKubernetes or ActuatorLocal
 	ExecCommand   string
@@ -49,7 +50,7 @@ const (
 func NewAutoscalerSet(cfg *Autoscaler) *Set {
 	s := NewSet("autoscaler")
 	s.Summary = "Runs the scaling controller: reads the nodes' load and scales the gateway fleet through an actuator."
-	s.String(&cfg.Listen, "listen", ":8081", "HTTP listen address (metrics, health)")
+	s.String(&cfg.Listen, "listen", ":9181", "HTTP listen address (metrics, health, /v1/status)")
 	s.String(&cfg.RedisURL, "redis-url", "", "Redis of the cluster (same forms as for the gateway); required").SecretURL()
 	s.String(&cfg.RedisPrefix, "redis-prefix", "wsgate", "prefix of every Redis key and channel of the cluster")
 	s.Duration(&cfg.HeartbeatInterval, "heartbeat-interval", 2*time.Second,
@@ -63,6 +64,8 @@ func NewAutoscalerSet(cfg *Autoscaler) *Set {
 	s.Int(&cfg.MinNodes, "min-nodes", 2, "never fewer nodes than this")
 	s.Int(&cfg.MaxNodes, "max-nodes", 10, "never more nodes than this")
 	s.Duration(&cfg.Cooldown, "cooldown", 5*time.Minute, "least time after a scale-out before the next one, and after any action before a scale-in")
+	s.Duration(&cfg.StartupGrace, "startup-grace", 5*time.Minute, "no scale-in until this long after the autoscaler started "+
+		"(it does not remember its last actions across restarts, and new nodes need time to report their load); 0 = none")
 	s.String(&cfg.Actuator, "actuator", ActuatorExec, "how to scale: exec, kubernetes or local")
 	s.String(&cfg.ExecCommand, "exec-command", "", "exec actuator: command run with the desired node count, or with drain NODE, as last arguments")
 	s.Duration(&cfg.ExecTimeout, "exec-timeout", 0, "exec actuator: time limit of one run of the command, killed after it (0 = 2m)")
@@ -112,6 +115,7 @@ func (c *Autoscaler) Validate() error {
 		v.failf("%s (%d) must not be below %s (%d)", EnvName("max-nodes"), c.MaxNodes, EnvName("min-nodes"), c.MinNodes)
 	}
 	v.notNegativeDur("cooldown", c.Cooldown)
+	v.notNegativeDur("startup-grace", c.StartupGrace)
 	v.notNegativeDur("exec-timeout", c.ExecTimeout)
 	v.oneOf("actuator", c.Actuator, ActuatorExec, ActuatorKubernetes, ActuatorLocal)
 	switch {

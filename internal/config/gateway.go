@@ -157,7 +157,7 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Duration(&c.JWTMaxLifetime, "jwt-max-lifetime", 0, "refuse tokens whose exp lies further than this in the future (0 = no limit)")
 	s.Bool(&c.AuthInsecure, "auth-insecure", false, "accept ?user=ID without a token (for tests; logged loudly)")
 	s.Bool(&c.AllowQueryToken, "allow-query-token", true, "accept the token in the token query parameter")
-	s.List(&c.AllowedOrigins, "allowed-origins", nil, "comma list of allowed Origin values (* allows any); "+
+	s.List(&c.AllowedOrigins, "allowed-origins", nil, "comma list of allowed Origin values (* allows any), for handshakes and for CORS on /client/wsgate.js and /v1/allocate; "+
 		"empty = an Origin header must be same-host; requests without Origin are allowed")
 	s.Int(&c.MaxMessageBytes, "max-message-bytes", 65536, "largest client frame in bytes (128 to 16 MiB)")
 	s.Int(&c.PartialFrameBudget, "partial-frame-budget", 64<<20, "bytes the node holds for client frames not yet complete, all connections together; "+
@@ -174,7 +174,7 @@ func registerGateway(s *Set, c *Gateway) {
 	s.String(&c.UpstreamURL, "upstream-url", "", "where client send frames and events go: redis://host:port/db?stream=NAME, "+
 		"nats://host:port?subject=S&stream=N, kafka://b1:9092,b2:9092/TOPIC or an http(s):// webhook; empty = send refused").
 		SecretURL()
-	s.String(&c.UpstreamSecret, "upstream-secret", "", "HMAC-SHA256 key signing webhook and rpc bodies (X-Wsgate-Signature)").Secret()
+	s.String(&c.UpstreamSecret, "upstream-secret", "", "HMAC-SHA256 key signing webhook, rpc and connect-proxy requests (X-Wsgate-Signature-V2 and X-Wsgate-Signature; docs/upstream.md)").Secret()
 	s.String(&c.RPCURL, "rpc-url", "", "http(s):// endpoint answering client rpc frames; empty = rpc refused").SecretURL()
 	s.Duration(&c.PingInterval, "ping-interval", 25*time.Second, "server WebSocket ping period")
 	s.Duration(&c.PongTimeout, "pong-timeout", 60*time.Second, "close a connection silent for this long; must exceed the ping interval")

@@ -12,7 +12,7 @@ func TestAllocator(t *testing.T) {
 	if err := s.Load(nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	want := Allocator{Listen: ":8080", RedisPrefix: "wsgate", HeartbeatInterval: 2 * time.Second, LogLevel: "info"}
+	want := Allocator{Listen: ":8080", RedisPrefix: "wsgate", HeartbeatInterval: 2 * time.Second, AllowedOrigins: []string{}, LogLevel: "info"}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults: got %+v, want %+v", c, want)
 	}
@@ -38,6 +38,7 @@ func TestAllocator(t *testing.T) {
 		{"prefix", func(c *Allocator) { c.RedisPrefix = "" }, "WSGATE_REDIS_PREFIX must not be empty"},
 		{"heartbeat", func(c *Allocator) { c.HeartbeatInterval = 0 }, "WSGATE_HEARTBEAT_INTERVAL (0s) must be positive"},
 		{"log level", func(c *Allocator) { c.LogLevel = "x" }, "WSGATE_LOG_LEVEL (\"x\") must be debug, info, warn or error"},
+		{"origins", func(c *Allocator) { c.AllowedOrigins = []string{"app.example"} }, "WSGATE_ALLOWED_ORIGINS entry \"app.example\" must be * or an origin"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,9 +56,9 @@ func TestAutoscaler(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Autoscaler{
-		Listen: ":8081", RedisPrefix: "wsgate", HeartbeatInterval: 2 * time.Second,
+		Listen: ":9181", RedisPrefix: "wsgate", HeartbeatInterval: 2 * time.Second,
 		Interval: 15 * time.Second, MaxConnsPerNode: 15000, ScaleOutAt: 0.75, ScaleInAt: 0.35,
-		CPUOutAt: 0.80, CPUInAt: 0.30, MinNodes: 2, MaxNodes: 10, Cooldown: 5 * time.Minute,
+		CPUOutAt: 0.80, CPUInAt: 0.30, MinNodes: 2, MaxNodes: 10, Cooldown: 5 * time.Minute, StartupGrace: 5 * time.Minute,
 		Actuator: "exec", LocalBasePort: 8090, LogLevel: "info",
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -96,6 +97,8 @@ func TestAutoscaler(t *testing.T) {
 		{"max equals min", func(c *Autoscaler) { c.MinNodes, c.MaxNodes = 2, 2 }, ""},
 		{"cooldown negative", func(c *Autoscaler) { c.Cooldown = -time.Second }, "WSGATE_COOLDOWN (-1s) must not be negative"},
 		{"cooldown zero", func(c *Autoscaler) { c.Cooldown = 0 }, ""},
+		{"startup grace negative", func(c *Autoscaler) { c.StartupGrace = -time.Second }, "WSGATE_STARTUP_GRACE (-1s) must not be negative"},
+		{"startup grace zero", func(c *Autoscaler) { c.StartupGrace = 0 }, ""},
 		{"actuator", func(c *Autoscaler) { c.Actuator = "docker" }, `WSGATE_ACTUATOR ("docker") must be exec, kubernetes or local`},
 		{"exec without command", func(c *Autoscaler) { c.ExecCommand = "" }, "WSGATE_EXEC_COMMAND must be set when WSGATE_ACTUATOR=exec"},
 		{"kubernetes without deployment", func(c *Autoscaler) { c.Actuator = "kubernetes" },

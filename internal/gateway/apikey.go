@@ -132,10 +132,14 @@ func (n *Node) checkOpenAPI(r *http.Request) *APIError {
 	return nil
 }
 
-// checkOrigin refuses a request of the open dev API from a foreign Origin.
+// checkOrigin refuses a request of the open dev API whose Host is not
+// the node's own (devhost.go) or that comes from a foreign Origin.
 func (n *Node) checkOrigin(r *http.Request) *APIError {
 	if n.cfg.APIKey != "" || !n.cfg.Dev {
 		return nil
+	}
+	if ae := n.checkDevHost(r); ae != nil {
+		return ae
 	}
 	if o := r.Header.Values("Origin"); len(o) > 1 || !sameHostOnly.AllowOrigin(r.Header.Get("Origin"), r.Host) {
 		return &APIError{Status: http.StatusForbidden, Code: "origin_forbidden", Message: "the dev API answers its own pages only"}

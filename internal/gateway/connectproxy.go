@@ -1,15 +1,15 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/upstream"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -17,13 +17,11 @@ import (
 // without a token (or any handshake when no JWT key is configured) is
 // authorized by the business, from its cookies and headers, before the
 // upgrade. The request is built in admit (on the event loop: no I/O) and
-// made by askProxy on the handshake's own goroutine.
+// made by askProxy on the handshake's own goroutine, signed as webhook and
+// rpc requests are (upstream.PostSigned, contract section 22).
 
 // connectProxyTimeout bounds one proxy call; no answer by then is 503.
 const connectProxyTimeout = 5 * time.Second
-
-// connectProxyBody is the most of an answer read (a claims object).
-const connectProxyBody = 1 << 20
 
 type connectProxyRequest struct {
 	IP      string            `json:"ip"`
@@ -78,24 +76,16 @@ func (n *Node) askProxy(ctx context.Context, a *admission) *refusal {
 	}
 	ctx, cancel := context.WithTimeout(ctx, connectProxyTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.cfg.ConnectURL, bytes.NewReader(a.proxy))
-	if err != nil {
-		return unavailable(err.Error())
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := connectProxyClient.Do(req)
-	if err != nil {
-		return unavailable("no answer: " + err.Error())
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, connectProxyBody))
+	status, body, err := upstream.PostSigned(ctx, connectProxyClient, n.cfg.ConnectURL, n.cfg.UpstreamSecret, upstream.NewRequestID(), a.proxy)
 	switch {
-	case resp.StatusCode == http.StatusUnauthorized:
+	case err != nil && status == 0:
+		return unavailable("no answer: " + err.Error())
+	case status == http.StatusUnauthorized:
 		return refuseWith(http.StatusUnauthorized, "unauthorized", "refused by the connect proxy")
-	case resp.StatusCode == http.StatusForbidden:
+	case status == http.StatusForbidden:
 		return refuseWith(http.StatusForbidden, protocol.ErrForbidden, "refused by the connect proxy")
-	case resp.StatusCode != http.StatusOK:
-		return unavailable("status " + resp.Status)
+	case status != http.StatusOK:
+		return unavailable("status " + strconv.Itoa(status))
 	case err != nil:
 		return unavailable("reading the answer: " + err.Error())
 	}

@@ -91,7 +91,7 @@ func (c *conn) callRPC(cf *protocol.ClientFrame) {
 	ctx, cancel := context.WithTimeout(n.ctx, upstreamDeadline)
 	defer cancel()
 	body, _ := json.Marshal(rpcRequest{User: c.user, ConnID: c.connID(), Device: c.deviceName(), Method: cf.Method, Data: cf.Data, Info: c.info()})
-	status, resp, err := upstream.PostSigned(ctx, n.hc, n.cfg.RPCURL, n.cfg.UpstreamSecret, body)
+	status, resp, err := upstream.PostSigned(ctx, n.hc, n.cfg.RPCURL, n.cfg.UpstreamSecret, upstream.NewRequestID(), body)
 	var a rpcAnswer
 	if err == nil {
 		err = json.Unmarshal(resp, &a)

@@ -27,11 +27,11 @@ func (n *Node) routes() (public, admin *http.ServeMux) {
 	}
 	public = http.NewServeMux()
 	n.clientRoutes(public)
-	web.RegisterPublic(public, n.cfg.Dev)
+	web.RegisterPublic(public, n.cfg.Dev, n.origins.CORS)
 	admin = http.NewServeMux()
 	admin.HandleFunc("GET /healthz", n.serveHealth)
 	admin.HandleFunc("GET /readyz", n.serveReady)
-	admin.HandleFunc("GET /v1/allocate", n.serveAllocate) // for in-cluster callers too
+	n.allocateRoutes(admin) // for in-cluster callers too
 	n.adminRoutes(admin, false)
 	return public, admin
 }
@@ -42,14 +42,22 @@ func (n *Node) clientRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("/ws", n.serveWS) // other methods: 400 from the upgrade check
 	mux.HandleFunc("GET /healthz", n.serveHealth)
 	mux.HandleFunc("GET /readyz", n.serveReady)
-	mux.HandleFunc("GET /v1/allocate", n.serveAllocate)
+	n.allocateRoutes(mux)
+}
+
+// allocateRoutes serves /v1/allocate, to pages of the origins
+// WSGATE_ALLOWED_ORIGINS allows too (CORS, preflights included).
+func (n *Node) allocateRoutes(mux *http.ServeMux) {
+	h := n.origins.CORS(http.HandlerFunc(n.serveAllocate))
+	mux.Handle("GET /v1/allocate", h)
+	mux.Handle("OPTIONS /v1/allocate", h)
 }
 
 // adminRoutes are the server API, metrics, console and profiler. With
 // loopbackPprof (the shared listener) the profiler answers loopback
 // peers only: its cmdline and heap would tell a stranger too much.
 func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
-	mux.Handle("GET /metrics", n.metrics.Handler())
+	mux.Handle("GET /metrics", n.devHostOnly(n.metrics.Handler()))
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
 		mux.HandleFunc(pattern, n.apiHandler(h))
 	}
@@ -67,12 +75,12 @@ func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 	api("/api/", func(w http.ResponseWriter, r *http.Request) error {
 		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "no such API endpoint: " + r.Method + " " + r.URL.Path}
 	})
-	web.Register(mux)
+	web.Register(mux, n.origins.CORS)
 	p := ProfilerHandler()
 	if loopbackPprof {
 		p = LoopbackOnly(p)
 	}
-	mux.Handle("/debug/pprof/", p)
+	mux.Handle("/debug/pprof/", n.devHostOnly(p))
 }
 
 func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {

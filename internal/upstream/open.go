@@ -16,7 +16,7 @@ type Options struct {
 	// Prefix is the Redis key prefix of the cluster: the default stream of
 	// a redis:// sink is "<Prefix>:upstream" (default prefix "wsgate").
 	Prefix string
-	// Secret signs webhook bodies (X-Wsgate-Signature); empty sends no
+	// Secret signs webhook requests (X-Wsgate-Signature-V2 and X-Wsgate-Signature); empty sends no
 	// signature header.
 	Secret string
 	// HTTPClient posts webhook batches (default: a client without a

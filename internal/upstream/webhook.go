@@ -1,14 +1,9 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -22,16 +17,6 @@ const (
 	webhookBackoffMin = 100 * time.Millisecond
 	webhookBackoffMax = 5 * time.Second
 )
-
-// SignatureHeader carries the HMAC-SHA256 of a webhook or rpc body.
-const SignatureHeader = "X-Wsgate-Signature"
-
-// Sign returns the X-Wsgate-Signature value of body: "sha256=<hex>".
-func Sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
 
 // webhookSink POSTs batches of records to one URL.
 type webhookSink struct {
@@ -68,12 +53,15 @@ func (s *webhookSink) Write(ctx context.Context, recs []Record) error {
 	return nil
 }
 
+// postRetrying posts one batch until accepted; every attempt carries the
+// batch's one request id (a fresh timestamp each).
 func (s *webhookSink) postRetrying(ctx context.Context, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, webhookRetryFor)
 	defer cancel()
 	backoff := webhookBackoffMin
+	id := NewRequestID()
 	for {
-		status, _, err := PostSigned(ctx, s.hc, s.url, s.secret, body)
+		status, _, err := PostSigned(ctx, s.hc, s.url, s.secret, id, body)
 		if err == nil && status >= 200 && status <= 299 {
 			return nil
 		}
@@ -90,27 +78,6 @@ func (s *webhookSink) postRetrying(ctx context.Context, body []byte) error {
 			return fmt.Errorf("upstream webhook: %w (last: %v)", ctx.Err(), err)
 		}
 	}
-}
-
-// PostSigned POSTs a JSON body with its signature header (none when
-// secret is empty) and returns the answer's status and body (at most
-// 1 MiB).
-func PostSigned(ctx context.Context, hc *http.Client, url, secret string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if secret != "" {
-		req.Header.Set(SignatureHeader, Sign(secret, body))
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	return resp.StatusCode, b, err
 }
 
 func (s *webhookSink) Close() error {
