@@ -321,6 +321,34 @@ func TestDeflateBroadcastCompressesOnce(t *testing.T) {
 	}
 }
 
+// The frame a delivery gives its deflate recipients is one frame, the
+// same bytes in memory for each (not a compression per recipient that
+// happens to be equal); a plain recipient gets the plain frame.
+func TestDeflateRecipientsShareOneFrame(t *testing.T) {
+	n := startNode(t, nil)
+	msg, _ := json.Marshal(map[string]any{"type": "message", "event": "big", "data": jsonData(2048)})
+	d := newDelivery(msg, classChat, 0, 0)
+	before := n.deflated.Load()
+	var first []byte
+	for i := range 50 {
+		fr := d.frameFor(&conn{n: n.Node, format: protocol.JSON, deflate: true})
+		if len(fr) == 0 || fr[0]&0x40 == 0 {
+			t.Fatalf("recipient %d: not a compressed frame", i)
+		}
+		if first == nil {
+			first = fr
+		} else if &fr[0] != &first[0] || len(fr) != len(first) {
+			t.Fatalf("recipient %d got a frame of its own, want the shared one", i)
+		}
+	}
+	if plain := d.frameFor(&conn{n: n.Node, format: protocol.JSON}); plain[0]&0x40 != 0 || len(plain) <= len(first) {
+		t.Fatal("the plain recipient got the compressed frame")
+	}
+	if got := n.deflated.Load() - before; got != 1 {
+		t.Fatalf("%d compressions for 50 recipients, want 1", got)
+	}
+}
+
 // TestDeflateClientMessages: compressed client messages, whole and
 // fragmented, are inflated and handled; small compressed ones too.
 func TestDeflateClientMessages(t *testing.T) {
