@@ -57,7 +57,9 @@ type Node struct {
 	origins   *auth.OriginPolicy
 	hsLimiter *auth.RateLimiter
 	ipConns   *auth.ConnCounter
-	trusted   []netip.Prefix // WSGATE_TRUSTED_PROXIES
+	tlsRate   *auth.RateLimiter // TLS handshakes per client IP, at accept (tlsaccept.go)
+	tlsIPs    *auth.ConnCounter // sockets per client IP in their TLS handshake
+	trusted   []netip.Prefix    // WSGATE_TRUSTED_PROXIES
 
 	poller   *netpoll.Poller
 	writers  chan *conn
@@ -142,6 +144,8 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		origins:   auth.NewOriginPolicy(cfg.AllowedOrigins),
 		hsLimiter: auth.NewRateLimiter(cfg.HandshakeRatePerIP),
 		ipConns:   auth.NewConnCounter(cfg.MaxConnsPerIP),
+		tlsRate:   auth.NewRateLimiter(cfg.HandshakeRatePerIP),
+		tlsIPs:    auth.NewConnCounter(cfg.MaxConnsPerIP),
 		startedAt: time.Now(),
 		drained:   make(chan struct{}),
 	}
@@ -234,14 +238,21 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	}
 	n.keyFails = newKeyFailLimiter()
 	n.mux, n.adminMux = n.routes()
-	n.srv = n.httpServer(n.mux)
+	n.srv = n.httpServer(n.mux, publicIdleTimeout)
 	if n.adminMux != nil {
-		n.adminSrv = n.httpServer(n.adminMux)
+		n.adminSrv = n.httpServer(n.adminMux, 120*time.Second)
 	}
 	return n, nil
 }
 
-func (n *Node) httpServer(h http.Handler) *http.Server {
+// publicIdleTimeout closes an idle HTTP connection (HTTP/1 kept alive,
+// or HTTP/2 without a stream) on the listen address: each costs net/http
+// goroutines (two for HTTP/2) and buffers while it waits, and anyone can
+// open them. The admin listener keeps the contract's 120 s. A variable
+// for the tests.
+var publicIdleTimeout = handshakeTimeout
+
+func (n *Node) httpServer(h http.Handler, idle time.Duration) *http.Server {
 	// HTTP/2 also without TLS (prior knowledge), for plain-text gRPC.
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
@@ -251,10 +262,11 @@ func (n *Node) httpServer(h http.Handler) *http.Server {
 		Handler:   h,
 		Protocols: protos,
 		// Contract §2: a request arrives whole (headers and body) within
-		// 10 s, else the connection is closed; idle ones go after 120 s.
+		// 10 s, else the connection is closed; idle ones go after 120 s
+		// at most (HTTP/2 too: its server takes this IdleTimeout).
 		ReadHeaderTimeout: handshakeTimeout,
 		ReadTimeout:       handshakeTimeout,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       idle,
 		MaxHeaderBytes:    maxRequestHeader,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}

@@ -95,11 +95,58 @@ func (n *Node) listenerTLS() (*tls.Config, error) {
 	}, nil
 }
 
+// acceptTLS applies the per-IP limits to an accepted TLS socket before
+// its handshake starts (a handshake costs the node far more than the
+// client): WSGATE_MAX_CONNS_PER_IP counts the sockets in their handshake
+// with the IP's connections, and WSGATE_HANDSHAKE_RATE_PER_IP limits the
+// TLS handshakes as it does the WebSocket handshakes. A trusted proxy's
+// sockets are not limited here (the client's IP comes with the request).
+// It returns the refusal's reason, or "" with an IP slot taken when
+// slot is true.
+func (n *Node) acceptTLS(ip string) (reason string, slot bool) {
+	if n.trustedPeer(ip) {
+		return "", false
+	}
+	if max := n.cfg.MaxConnsPerIP; max > 0 {
+		if !n.tlsIPs.Acquire(ip) {
+			return "conn_limit", false
+		}
+		if n.tlsIPs.Count(ip)+n.ipConns.Count(ip) > max {
+			n.tlsIPs.Release(ip)
+			return "conn_limit", false
+		}
+		slot = true
+	}
+	if ok, _ := n.tlsRate.Allow(ip, time.Now()); !ok {
+		if slot {
+			n.tlsIPs.Release(ip)
+		}
+		return "rate_limited", false
+	}
+	return "", slot
+}
+
+// releaseIP gives back the socket's IP slot of acceptTLS (once the
+// connection holds one of its own, or is gone); handshake goroutine only.
+func (s *hsSock) releaseIP() {
+	if s.ipSlot {
+		s.ipSlot = false
+		s.n.tlsIPs.Release(s.ip)
+	}
+}
+
 // openTLS starts the handshake of an accepted TLS connection (on the
 // loop goroutine).
 func (a *acceptor) openTLS(fd int, sa unix.Sockaddr) {
+	ip := sockaddrIP(sa)
+	reason, slot := a.n.acceptTLS(ip)
+	if reason != "" {
+		a.n.metrics.HandshakeRejected.WithLabelValues(reason).Inc()
+		unix.Close(fd)
+		return
+	}
 	s := &hsSock{n: a.n, a: a, fd: fd, deadline: time.Now().Add(handshakeTimeout),
-		rd: make(chan struct{}, 1), wr: make(chan struct{}, 1)}
+		rd: make(chan struct{}, 1), wr: make(chan struct{}, 1), ipSlot: slot}
 	s.raddr = &net.TCPAddr{}
 	switch sa := sa.(type) {
 	case *unix.SockaddrInet4:
@@ -107,14 +154,16 @@ func (a *acceptor) openTLS(fd int, sa unix.Sockaddr) {
 	case *unix.SockaddrInet6:
 		s.raddr.IP, s.raddr.Port = net.IP(sa.Addr[:]), sa.Port
 	}
-	s.ip = sockaddrIP(sa)
+	s.ip = ip
 	tok, err := a.n.poller.Register(fd, s)
 	if err != nil {
+		s.releaseIP()
 		unix.Close(fd)
 		return
 	}
 	s.tok = tok
 	if !a.n.goHandshake(func() { a.n.tlsHandshake(s) }) {
+		s.releaseIP()
 		s.Close()
 	}
 }
@@ -122,6 +171,7 @@ func (a *acceptor) openTLS(fd int, sa unix.Sockaddr) {
 // tlsHandshake runs a TLS connection's handshake and reads its request.
 func (n *Node) tlsHandshake(s *hsSock) {
 	defer s.releaseBuf()
+	defer s.releaseIP()
 	tc := tls.Server(s, s.a.tls)
 	if err := tc.Handshake(); err != nil {
 		n.metrics.TLSHandshakes.WithLabelValues("failed").Inc()
@@ -227,6 +277,7 @@ func (n *Node) judgeTLS(s *hsSock, tr *tlsState, req, rest []byte) {
 	if f != nil && f.awaitKeys {
 		adm, f = n.admitToken(n.hsCtx, &r, adm, true)
 	}
+	s.releaseIP() // admitted: the connection holds its own slot
 	if f != nil {
 		n.refuseTaken(fd, tok, tr, f)
 		return
@@ -243,6 +294,7 @@ type hsSock struct {
 	fd       int // -1 once handed on
 	tok      netpoll.Token
 	ip       string
+	ipSlot   bool // holds a slot of n.tlsIPs (acceptTLS)
 	raddr    *net.TCPAddr
 	deadline time.Time
 
