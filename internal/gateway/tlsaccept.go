@@ -559,6 +559,10 @@ func (s *hsSock) toRuntime() bool {
 		s.off = 0
 	}
 	s.rt = c
+	// crypto/tls keeps the connection for its life, and hsSock under it:
+	// what only the hand-over to the loop needed goes.
+	s.client, s.server, s.scratch = nil, nil, nil
+	s.seen = trafficKeys{}
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,8 +39,7 @@ func chromium(t *testing.T) string {
 // a self-signed certificate: TLS 1.3 on the loop's record layer, with
 // the node's own KeyUpdates every keyUpdateAfter records (here 4).
 func TestTLSChromiumWebSocket(t *testing.T) {
-	defer func(v uint64) { keyUpdateAfter = v }(keyUpdateAfter)
-	keyUpdateAfter = 4
+	setKeyUpdateAfter(t, 4)
 	n := tlsNode(t, nil)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -109,9 +109,12 @@ func TestTLSChromiumWebSocket(t *testing.T) {
 	if conns := n.hub.userConns("chrome"); len(conns) != 1 || conns[0].tr == nil {
 		t.Fatal("Chromium's connection is not on the loop's record layer")
 	}
+	// Messages of two records each, so that the node seals far more
+	// than keyUpdateAfter records.
 	const k = 40
+	pad := strings.Repeat("p", 20<<10)
 	for i := 0; i < k; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "chrome"}, Event: "e", Data: raw(fmt.Sprint(i))})
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "chrome"}, Event: "e", Data: raw(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad))})
 	}
 	waitFor("the messages", fmt.Sprintf(`count.message === %d`, k))
 	run("a ping after the rotations", chromedp.Evaluate[chromedp.Void](`sock.send(JSON.stringify({type: 'ping', ts: 2}))`))
@@ -119,7 +122,7 @@ func TestTLSChromiumWebSocket(t *testing.T) {
 	ctx, cancelEval := context.WithTimeout(browser, 30*time.Second)
 	defer cancelEval()
 	order, err := chromedp.Run(ctx, chromedp.Evaluate[string](
-		`JSON.stringify([count, got.filter(m => m.type === 'message').map(m => m.data)])`))
+		`JSON.stringify([count, got.filter(m => m.type === 'message').map(m => m.data.pad.length === 20480 ? m.data.i : -1)])`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +141,7 @@ func TestTLSChromiumWebSocket(t *testing.T) {
 	sc.mu.Lock()
 	seq := sc.tr.out.seq
 	sc.mu.Unlock()
-	if seq > keyUpdateAfter+4 {
+	if seq > keyUpdateAfter+sealBatch/maxPlaintext+2 { // a batch's records go under one key
 		t.Fatalf("the node's write sequence is %d: no KeyUpdate every %d records", seq, keyUpdateAfter)
 	}
 }

@@ -167,11 +167,19 @@ func TestTLSLoopUselessRecords(t *testing.T) {
 	eventually(t, 5*time.Second, "the connection forgotten", func() bool { return n.hub.count() == 0 })
 }
 
+// setKeyUpdateAfter sets keyUpdateAfter for the test: call it before the
+// test starts its nodes, whose cleanups run before the old value comes
+// back.
+func setKeyUpdateAfter(t *testing.T, v uint64) {
+	old := keyUpdateAfter
+	keyUpdateAfter = v
+	t.Cleanup(func() { keyUpdateAfter = old })
+}
+
 // The node sends its own KeyUpdate every keyUpdateAfter records (here
 // 4): a crypto/tls client reads everything across the rotations.
 func TestTLSLoopOwnKeyUpdate(t *testing.T) {
-	defer func(v uint64) { keyUpdateAfter = v }(keyUpdateAfter)
-	keyUpdateAfter = 4
+	setKeyUpdateAfter(t, 4)
 	n := tlsNode(t, nil)
 	c, _ := dialTLS(t, n, "rot", true, nil)
 	sc := n.hub.userConns("rot")[0]

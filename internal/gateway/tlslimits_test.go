@@ -114,8 +114,9 @@ func TestTLSAcceptHandshakeRatePerIP(t *testing.T) {
 // An idle HTTP/2 connection on the listen address is closed after
 // publicIdleTimeout (not the admin listener's 120 s).
 func TestTLSIdleHTTP2Closed(t *testing.T) {
-	defer func(d time.Duration) { publicIdleTimeout = d }(publicIdleTimeout)
+	old := publicIdleTimeout
 	publicIdleTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { publicIdleTimeout = old })
 	n := tlsNode(t, nil)
 	c, err := tls.Dial("tcp", n.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 	if err != nil {

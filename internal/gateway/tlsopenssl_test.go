@@ -182,8 +182,7 @@ func TestTLSOpenSSLKeyUpdateBeforeRequest(t *testing.T) {
 // On the loop's record layer: s_client's KeyUpdates, and the node's own
 // every keyUpdateAfter records (here 4).
 func TestTLSOpenSSLKeyUpdatesBothWays(t *testing.T) {
-	defer func(v uint64) { keyUpdateAfter = v }(keyUpdateAfter)
-	keyUpdateAfter = 4
+	setKeyUpdateAfter(t, 4)
 	n := tlsNode(t, nil)
 	s := startSClient(t, n)
 	s.upgrade("ossl2")
