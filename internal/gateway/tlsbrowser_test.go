@@ -2,11 +2,12 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -109,10 +110,13 @@ func TestTLSChromiumWebSocket(t *testing.T) {
 	if conns := n.hub.userConns("chrome"); len(conns) != 1 || conns[0].tr == nil {
 		t.Fatal("Chromium's connection is not on the loop's record layer")
 	}
-	// Messages of two records each, so that the node seals far more
-	// than keyUpdateAfter records.
+	// Messages of about a record each, even compressed (Chromium offers
+	// permessage-deflate), so that the node seals far more than
+	// keyUpdateAfter records.
 	const k = 40
-	pad := strings.Repeat("p", 20<<10)
+	rnd := make([]byte, 15<<10)
+	rand.Read(rnd)
+	pad := base64.StdEncoding.EncodeToString(rnd)
 	for i := 0; i < k; i++ {
 		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "chrome"}, Event: "e", Data: raw(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad))})
 	}
