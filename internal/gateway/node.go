@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -57,7 +58,7 @@ type Node struct {
 	origins   *auth.OriginPolicy
 	hsLimiter *auth.RateLimiter
 	ipConns   *auth.ConnCounter
-	tlsRate   *auth.RateLimiter // TLS handshakes per client IP, at accept (tlsaccept.go)
+	tlsRate   *auth.RateLimiter // TLS handshakes per client IP, at accept: twice hsLimiter's (tlsaccept.go)
 	tlsIPs    *auth.ConnCounter // sockets per client IP in their TLS handshake
 	trusted   []netip.Prefix    // WSGATE_TRUSTED_PROXIES
 
@@ -144,8 +145,8 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		origins:   auth.NewOriginPolicy(cfg.AllowedOrigins),
 		hsLimiter: auth.NewRateLimiter(cfg.HandshakeRatePerIP),
 		ipConns:   auth.NewConnCounter(cfg.MaxConnsPerIP),
-		tlsRate:   auth.NewRateLimiter(cfg.HandshakeRatePerIP),
-		tlsIPs:    auth.NewConnCounter(cfg.MaxConnsPerIP),
+		tlsRate:   auth.NewBurstLimiter(2*cfg.HandshakeRatePerIP, 2*int(max(math.Floor(cfg.HandshakeRatePerIP), 1))),
+		tlsIPs:    auth.NewConnCounter(2 * cfg.MaxConnsPerIP),
 		startedAt: time.Now(),
 		drained:   make(chan struct{}),
 	}

@@ -97,17 +97,20 @@ func (n *Node) listenerTLS() (*tls.Config, error) {
 
 // acceptTLS applies the per-IP limits to an accepted TLS socket before
 // its handshake starts (a handshake costs the node far more than the
-// client): WSGATE_MAX_CONNS_PER_IP counts the sockets in their handshake
-// with the IP's connections, and WSGATE_HANDSHAKE_RATE_PER_IP limits the
-// TLS handshakes as it does the WebSocket handshakes. A trusted proxy's
-// sockets are not limited here (the client's IP comes with the request).
-// It returns the refusal's reason, or "" with an IP slot taken when
-// slot is true.
+// client), at twice their value: the sockets in their handshake and the
+// IP's connections together up to 2 x WSGATE_MAX_CONNS_PER_IP, TLS
+// handshakes at 2 x WSGATE_HANDSHAKE_RATE_PER_IP (burst twice the
+// rate's). A client just past a limit still gets its 429 with
+// Retry-After (contract §2) after the handshake, from admit; a flood
+// costs the node at most twice the limits' worth of handshakes. A
+// trusted proxy's sockets are not limited here (the client's IP comes
+// with the request). It returns the refusal's reason, or "" with an IP
+// slot taken when slot is true.
 func (n *Node) acceptTLS(ip string) (reason string, slot bool) {
 	if n.trustedPeer(ip) {
 		return "", false
 	}
-	if max := n.cfg.MaxConnsPerIP; max > 0 {
+	if max := 2 * n.cfg.MaxConnsPerIP; max > 0 {
 		if !n.tlsIPs.Acquire(ip) {
 			return "conn_limit", false
 		}

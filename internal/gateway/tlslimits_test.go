@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -32,9 +34,11 @@ func halfOpen(t *testing.T, n *testNode) (net.Conn, chan struct{}) {
 	return c, gone
 }
 
-// WSGATE_MAX_CONNS_PER_IP counts the sockets in their TLS handshake:
-// those past the limit are closed at accept, before any handshake work,
-// and a slot comes back when a handshake ends.
+// WSGATE_MAX_CONNS_PER_IP on a TLS listener: the sockets in their
+// handshake count with the IP's connections, and those past twice the
+// limit are closed at accept, before any handshake work; a client just
+// past the limit still gets its 429 (contract §2). A slot comes back
+// when a handshake ends.
 func TestTLSAcceptConnLimitPerIP(t *testing.T) {
 	const max, k = 3, 10
 	n := tlsNode(t, func(c *config.Gateway) { c.MaxConnsPerIP = max })
@@ -49,22 +53,23 @@ func TestTLSAcceptConnLimitPerIP(t *testing.T) {
 	for i := range k {
 		open[i] = true
 	}
-	for j := 0; j < k-max; j++ {
+	for j := 0; j < k-2*max; j++ {
 		select {
 		case i := <-closed:
 			delete(open, i)
 		case <-time.After(30 * time.Second):
-			t.Fatalf("%d of %d half-open sockets from one IP closed, want %d (limit %d)", j, k, k-max, max)
+			t.Fatalf("%d of %d half-open sockets from one IP closed, want %d (limit %d)", j, k, k-2*max, max)
 		}
 	}
-	if got := counterValue(t, n, "wsgate_handshake_rejected_total", "conn_limit"); got != k-max {
-		t.Fatalf("wsgate_handshake_rejected_total{reason=conn_limit} = %v, want %d", got, k-max)
+	rejected := float64(k - 2*max)
+	if got := counterValue(t, n, "wsgate_handshake_rejected_total", "conn_limit"); got != rejected {
+		t.Fatalf("wsgate_handshake_rejected_total{reason=conn_limit} = %v, want %v", got, rejected)
 	}
-	if got := n.tlsIPs.Count("127.0.0.1"); got != max {
-		t.Fatalf("%d sockets in their handshake, want %d", got, max)
+	if got := n.tlsIPs.Count("127.0.0.1"); got != 2*max {
+		t.Fatalf("%d sockets in their handshake, want %d", got, 2*max)
 	}
 	// The handshakes end (their clients go): the slots come back, and
-	// the WebSocket connections take them.
+	// WebSocket connections take the IP's slots.
 	for i := range open {
 		socks[i].Close()
 	}
@@ -77,21 +82,47 @@ func TestTLSAcceptConnLimitPerIP(t *testing.T) {
 	if got := n.tlsIPs.Count("127.0.0.1"); got != 0 {
 		t.Fatalf("%d handshake slots held by established connections", got)
 	}
-	// With max connections open, the next socket is closed at accept.
+	// One more: a TLS handshake, then 429 with Retry-After.
+	tc, err := tls.Dial("tcp", n.addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	tc.Write([]byte("GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, "more", nil) + "\r\n\r\n"))
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a connection past the limit: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	eventually(t, 10*time.Second, "its handshake slot released", func() bool { return n.tlsIPs.Count("127.0.0.1") == 0 })
+	// With max connections open, max more sockets may be in their
+	// handshake; the next is closed at accept.
+	for i := 0; i < max; i++ {
+		halfOpen(t, n)
+	}
 	_, gone := halfOpen(t, n)
 	select {
 	case <-gone:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("a socket past %d open connections was not closed at accept", max)
+		t.Fatalf("a socket past %d open connections and %d handshakes was not closed at accept", max, max)
 	}
-	if got := counterValue(t, n, "wsgate_handshake_rejected_total", "conn_limit"); got != k-max+1 {
-		t.Fatalf("wsgate_handshake_rejected_total{reason=conn_limit} = %v, want %d", got, k-max+1)
+	// (the 429 counts under the same reason)
+	if got := counterValue(t, n, "wsgate_handshake_rejected_total", "conn_limit"); got != rejected+2 {
+		t.Fatalf("wsgate_handshake_rejected_total{reason=conn_limit} = %v, want %v", got, rejected+2)
+	}
+	if got := n.tlsIPs.Count("127.0.0.1"); got != max {
+		t.Fatalf("%d sockets in their handshake, want %d", got, max)
 	}
 }
 
-// WSGATE_HANDSHAKE_RATE_PER_IP limits TLS handshakes at accept (here one
-// per 100 s, a burst of one): of several full handshakes from one IP,
-// one completes.
+// WSGATE_HANDSHAKE_RATE_PER_IP on a TLS listener: TLS handshakes are
+// limited at accept to twice the rate, burst twice the rate's (here the
+// rate is one per 100 s, a burst of one: two TLS handshakes). Of several
+// full handshakes from one IP, two complete.
 func TestTLSAcceptHandshakeRatePerIP(t *testing.T) {
 	n := tlsNode(t, func(c *config.Gateway) { c.HandshakeRatePerIP = 0.01 })
 	const k = 6
@@ -103,11 +134,11 @@ func TestTLSAcceptHandshakeRatePerIP(t *testing.T) {
 			c.Close()
 		}
 	}
-	if done != 1 {
-		t.Fatalf("%d of %d TLS handshakes from one IP completed, want 1 (rate 0.01/s)", done, k)
+	if done != 2 {
+		t.Fatalf("%d of %d TLS handshakes from one IP completed, want 2 (rate 0.01/s)", done, k)
 	}
-	if got := counterValue(t, n, "wsgate_handshake_rejected_total", "rate_limited"); got != k-1 {
-		t.Fatalf("wsgate_handshake_rejected_total{reason=rate_limited} = %v, want %d", got, k-1)
+	if got := counterValue(t, n, "wsgate_handshake_rejected_total", "rate_limited"); got != k-2 {
+		t.Fatalf("wsgate_handshake_rejected_total{reason=rate_limited} = %v, want %d", got, k-2)
 	}
 }
 
