@@ -70,6 +70,7 @@ type Gateway struct {
 	// Our own settings (not in the contract table).
 	TLSCertFile       string        // TLS on the listener: both or neither
 	TLSKeyFile        string        //
+	TLSOwnRecords     string        // "on": TLS 1.3 WebSocket connections on the event loop's record layer; "off": all on crypto/tls
 	TrustedProxies    []string      // load balancers (IPs or CIDRs) whose PROXY header or X-Forwarded-For names the client
 	ReliableReplicas  int           // Redis WAIT replicas before a reliable publish is answered
 	HeartbeatInterval time.Duration // node record report period
@@ -194,6 +195,8 @@ func registerGateway(s *Set, c *Gateway) {
 
 	s.String(&c.TLSCertFile, "tls-cert-file", "", "PEM certificate for TLS on the listener (with --tls-key-file)")
 	s.String(&c.TLSKeyFile, "tls-key-file", "", "PEM private key for TLS on the listener (with --tls-cert-file)")
+	s.String(&c.TLSOwnRecords, "tls-own-records", "on", "on: a TLS 1.3 WebSocket connection is held by the event loop with the node's own record layer "+
+		"(no goroutine per connection); off: every TLS connection stays on Go's crypto/tls, with two goroutines per WebSocket connection")
 	s.List(&c.TrustedProxies, "trusted-proxies", nil, "comma list of load balancer IPs or CIDRs; from these peers the client's IP "+
 		"(for the per-IP limits and logs) is read from a PROXY protocol header (v1 or v2) or from X-Forwarded-For / X-Real-IP")
 	s.Int(&c.ReliableReplicas, "reliable-replicas", 0, "Redis replicas (WAIT) that must have a reliable message before the publish is answered (0 = do not wait)")
@@ -206,6 +209,10 @@ func registerGateway(s *Set, c *Gateway) {
 
 // CompressionOn reports whether permessage-deflate is negotiated.
 func (c *Gateway) CompressionOn() bool { return c.Compression == "on" }
+
+// TLSOwnRecordsOn reports whether TLS 1.3 WebSocket connections use the
+// event loop's own record layer.
+func (c *Gateway) TLSOwnRecordsOn() bool { return c.TLSOwnRecords != "off" }
 
 // Finish fills the defaults that depend on other settings or on the
 // machine; call it after Load and before Validate. NodeID becomes

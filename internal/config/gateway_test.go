@@ -64,6 +64,7 @@ var ownDefaults = map[string]string{
 	"WSGATE_TLS_CERT_FILE":        "",
 	"WSGATE_PARTIAL_FRAME_BUDGET": "67108864",
 	"WSGATE_TLS_KEY_FILE":         "",
+	"WSGATE_TLS_OWN_RECORDS":      "on",
 	"WSGATE_RELIABLE_REPLICAS":    "0",
 	"WSGATE_HEARTBEAT_INTERVAL":   "2s",
 	"WSGATE_LOG_LEVEL":            "info",
@@ -79,7 +80,7 @@ func TestGatewayDefaults(t *testing.T) {
 	}
 	want := Gateway{
 		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{}, Events: []string{},
-		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, MaxRoomsPerUser: 1000, DevicePolicy: "multi", Compression: "on",
+		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, MaxRoomsPerUser: 1000, DevicePolicy: "multi", Compression: "on", TLSOwnRecords: "on",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
 		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
 		DrainRate: 500, HeartbeatInterval: 2 * time.Second, LogLevel: "info",

@@ -55,6 +55,7 @@ func (c *Gateway) Validate() error {
 	v.rate("message-rate", c.MessageRate)
 	v.oneOf("device-policy", c.DevicePolicy, DeviceMulti, DeviceSingle)
 	v.oneOf("compression", c.Compression, "on", "off")
+	v.oneOf("tls-own-records", c.TLSOwnRecords, "on", "off")
 	if c.UpstreamURL != "" && v.ok() {
 		if err := upstream.Check(c.UpstreamURL); err != nil {
 			v.failf("%s: %v", EnvName("upstream-url"), err)

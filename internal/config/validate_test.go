@@ -87,6 +87,8 @@ func TestGatewayValidate(t *testing.T) {
 		{"device policy single", func(c *Gateway) { c.DevicePolicy = "single" }, ""},
 		{"compression", func(c *Gateway) { c.Compression = "yes" }, `WSGATE_COMPRESSION ("yes") must be on or off`},
 		{"compression off", func(c *Gateway) { c.Compression = "off" }, ""},
+		{"tls own records", func(c *Gateway) { c.TLSOwnRecords = "no" }, `WSGATE_TLS_OWN_RECORDS ("no") must be on or off`},
+		{"tls own records off", func(c *Gateway) { c.TLSOwnRecords = "off" }, ""},
 		{"ping zero", func(c *Gateway) { c.PingInterval = 0 }, "WSGATE_PING_INTERVAL (0s) must be positive"},
 		{"pong negative", func(c *Gateway) { c.PongTimeout = -time.Second }, "WSGATE_PONG_TIMEOUT (-1s) must be positive"},
 		{"pong below ping", func(c *Gateway) { c.PongTimeout = 10 * time.Second },

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -59,7 +60,9 @@ type Node struct {
 	origins   *auth.OriginPolicy
 	hsLimiter *auth.RateLimiter
 	ipConns   *auth.ConnCounter
-	trusted   []netip.Prefix // WSGATE_TRUSTED_PROXIES
+	tlsRate   *auth.RateLimiter // TLS handshakes per client IP, at accept: twice hsLimiter's (tlsaccept.go)
+	tlsIPs    *auth.ConnCounter // sockets per client IP in their TLS handshake
+	trusted   []netip.Prefix    // WSGATE_TRUSTED_PROXIES
 
 	poller   *netpoll.Poller
 	writers  chan *conn
@@ -144,6 +147,8 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		origins:   auth.NewOriginPolicy(cfg.AllowedOrigins),
 		hsLimiter: auth.NewRateLimiter(cfg.HandshakeRatePerIP),
 		ipConns:   auth.NewConnCounter(cfg.MaxConnsPerIP),
+		tlsRate:   auth.NewBurstLimiter(2*cfg.HandshakeRatePerIP, 2*int(max(math.Floor(cfg.HandshakeRatePerIP), 1))),
+		tlsIPs:    auth.NewConnCounter(2 * cfg.MaxConnsPerIP),
 		startedAt: time.Now(),
 		drained:   make(chan struct{}),
 	}
@@ -236,14 +241,21 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	}
 	n.keyFails = newKeyFailLimiter()
 	n.mux, n.adminMux = n.routes()
-	n.srv = n.httpServer(n.mux)
+	n.srv = n.httpServer(n.mux, publicIdleTimeout)
 	if n.adminMux != nil {
-		n.adminSrv = n.httpServer(n.adminMux)
+		n.adminSrv = n.httpServer(n.adminMux, 120*time.Second)
 	}
 	return n, nil
 }
 
-func (n *Node) httpServer(h http.Handler) *http.Server {
+// publicIdleTimeout closes an idle HTTP connection (HTTP/1 kept alive,
+// or HTTP/2 without a stream) on the listen address: each costs net/http
+// goroutines (two for HTTP/2) and buffers while it waits, and anyone can
+// open them. The admin listener keeps the contract's 120 s. A variable
+// for the tests.
+var publicIdleTimeout = handshakeTimeout
+
+func (n *Node) httpServer(h http.Handler, idle time.Duration) *http.Server {
 	// HTTP/2 also without TLS (prior knowledge), for plain-text gRPC.
 	protos := new(http.Protocols)
 	protos.SetHTTP1(true)
@@ -253,10 +265,11 @@ func (n *Node) httpServer(h http.Handler) *http.Server {
 		Handler:   h,
 		Protocols: protos,
 		// Contract §2: a request arrives whole (headers and body) within
-		// 10 s, else the connection is closed; idle ones go after 120 s.
+		// 10 s, else the connection is closed; idle ones go after 120 s
+		// at most (HTTP/2 too: its server takes this IdleTimeout).
 		ReadHeaderTimeout: handshakeTimeout,
 		ReadTimeout:       handshakeTimeout,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       idle,
 		MaxHeaderBytes:    maxRequestHeader,
 		ErrorLog:          slog.NewLogLogger(n.log.Handler(), slog.LevelWarn),
 	}

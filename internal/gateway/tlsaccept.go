@@ -32,10 +32,17 @@ import (
 // wrote to the connection's key log. For that hand-over to be exact,
 // hsSock gives crypto/tls one record at a time, never a byte past the
 // record it asked for: when the request is complete the tls.Conn holds
-// nothing, the records read after it are still in hsSock's buffer, and
-// the client's sequence number is the count of records read since the
-// handshake. The server sends no session ticket, so its sequence number
-// is 0.
+// nothing and the records read after it are still in hsSock's buffer.
+// hsSock also opens a copy of every record read after the handshake with
+// the client's first keys: if all were application data, the client's
+// sequence number is their count, and the server, which sends no session
+// ticket, has sent nothing (its sequence number is 0). A KeyUpdate or a
+// ChangeCipherSpec before the request ended (contract §22) moves
+// crypto/tls's keys past what the key log holds (and a KeyUpdate with
+// update_requested makes it send one under the server's first key): such
+// a connection stays on crypto/tls, on the goroutine path, so that no
+// (key, nonce) pair is ever used twice. WSGATE_TLS_OWN_RECORDS=off puts
+// every connection on that path.
 //
 // Everything else goes to net/http on a goroutine, as a plain listener's
 // non-WebSocket requests do: a client that negotiates TLS 1.2 or HTTP/2
@@ -88,11 +95,61 @@ func (n *Node) listenerTLS() (*tls.Config, error) {
 	}, nil
 }
 
+// acceptTLS applies the per-IP limits to an accepted TLS socket before
+// its handshake starts (a handshake costs the node far more than the
+// client), at twice their value: the sockets in their handshake and the
+// IP's connections together up to 2 x WSGATE_MAX_CONNS_PER_IP, TLS
+// handshakes at 2 x WSGATE_HANDSHAKE_RATE_PER_IP (burst twice the
+// rate's). A client just past a limit still gets its 429 with
+// Retry-After (contract §2) after the handshake, from admit; a flood
+// costs the node at most twice the limits' worth of handshakes. A
+// trusted proxy's sockets are not limited here (the client's IP comes
+// with the request). It returns the refusal's reason, or "" with an IP
+// slot taken when slot is true.
+func (n *Node) acceptTLS(ip string) (reason string, slot bool) {
+	if n.trustedPeer(ip) {
+		return "", false
+	}
+	if max := 2 * n.cfg.MaxConnsPerIP; max > 0 {
+		if !n.tlsIPs.Acquire(ip) {
+			return "conn_limit", false
+		}
+		if n.tlsIPs.Count(ip)+n.ipConns.Count(ip) > max {
+			n.tlsIPs.Release(ip)
+			return "conn_limit", false
+		}
+		slot = true
+	}
+	if ok, _ := n.tlsRate.Allow(ip, time.Now()); !ok {
+		if slot {
+			n.tlsIPs.Release(ip)
+		}
+		return "rate_limited", false
+	}
+	return "", slot
+}
+
+// releaseIP gives back the socket's IP slot of acceptTLS (once the
+// connection holds one of its own, or is gone); handshake goroutine only.
+func (s *hsSock) releaseIP() {
+	if s.ipSlot {
+		s.ipSlot = false
+		s.n.tlsIPs.Release(s.ip)
+	}
+}
+
 // openTLS starts the handshake of an accepted TLS connection (on the
 // loop goroutine).
 func (a *acceptor) openTLS(fd int, sa unix.Sockaddr) {
+	ip := sockaddrIP(sa)
+	reason, slot := a.n.acceptTLS(ip)
+	if reason != "" {
+		a.n.metrics.HandshakeRejected.WithLabelValues(reason).Inc()
+		unix.Close(fd)
+		return
+	}
 	s := &hsSock{n: a.n, a: a, fd: fd, deadline: time.Now().Add(handshakeTimeout),
-		rd: make(chan struct{}, 1), wr: make(chan struct{}, 1)}
+		rd: make(chan struct{}, 1), wr: make(chan struct{}, 1), ipSlot: slot}
 	s.raddr = &net.TCPAddr{}
 	switch sa := sa.(type) {
 	case *unix.SockaddrInet4:
@@ -100,14 +157,16 @@ func (a *acceptor) openTLS(fd int, sa unix.Sockaddr) {
 	case *unix.SockaddrInet6:
 		s.raddr.IP, s.raddr.Port = net.IP(sa.Addr[:]), sa.Port
 	}
-	s.ip = sockaddrIP(sa)
+	s.ip = ip
 	tok, err := a.n.poller.Register(fd, s)
 	if err != nil {
+		s.releaseIP()
 		unix.Close(fd)
 		return
 	}
 	s.tok = tok
 	if !a.n.goHandshake(func() { a.n.tlsHandshake(s) }) {
+		s.releaseIP()
 		s.Close()
 	}
 }
@@ -115,6 +174,7 @@ func (a *acceptor) openTLS(fd int, sa unix.Sockaddr) {
 // tlsHandshake runs a TLS connection's handshake and reads its request.
 func (n *Node) tlsHandshake(s *hsSock) {
 	defer s.releaseBuf()
+	defer s.releaseIP()
 	tc := tls.Server(s, s.a.tls)
 	if err := tc.Handshake(); err != nil {
 		n.metrics.TLSHandshakes.WithLabelValues("failed").Inc()
@@ -123,14 +183,14 @@ func (n *Node) tlsHandshake(s *hsSock) {
 		return
 	}
 	st := tc.ConnectionState()
-	if st.Version != tls.VersionTLS13 || st.NegotiatedProtocol == "h2" {
+	if st.Version != tls.VersionTLS13 || st.NegotiatedProtocol == "h2" || !n.cfg.TLSOwnRecordsOn() {
 		n.metrics.TLSHandshakes.WithLabelValues("goroutine").Inc()
 		if s.toRuntime() {
 			s.a.handOff(tc)
 		}
 		return
 	}
-	hsRecords := s.records
+	s.watch(st.CipherSuite)
 	req, end, f := readRequest(tc)
 	if f != nil {
 		n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
@@ -142,14 +202,19 @@ func (n *Node) tlsHandshake(s *hsSock) {
 		s.Close() // gone, or too slow
 		return
 	}
-	if !isWSRequestLine(req) {
+	if !isWSRequestLine(req) || s.odd {
+		// s.odd: a KeyUpdate or a ChangeCipherSpec came before the
+		// request ended. crypto/tls has moved its keys (and may have
+		// sent a KeyUpdate of its own, under keys the key log never
+		// saw): it keeps the connection, so that no (key, nonce) pair
+		// is used twice.
 		n.metrics.TLSHandshakes.WithLabelValues("goroutine").Inc()
 		if s.toRuntime() {
 			s.a.handOff(&tlsPrefixConn{prefixConn: prefixConn{Conn: tc, pre: req}, tc: tc})
 		}
 		return
 	}
-	tr, err := s.recordLayer(st.CipherSuite, s.records-hsRecords)
+	tr, err := s.recordLayer(st.CipherSuite)
 	if err != nil {
 		n.log.Warn("cannot take a TLS connection into the event loop", "ip", s.ip, "err", err)
 		s.Close()
@@ -215,6 +280,7 @@ func (n *Node) judgeTLS(s *hsSock, tr *tlsState, req, rest []byte) {
 	if f != nil && f.awaitKeys {
 		adm, f = n.admitToken(n.hsCtx, &r, adm, true)
 	}
+	s.releaseIP() // admitted: the connection holds its own slot
 	if f != nil {
 		n.refuseTaken(fd, tok, tr, f)
 		return
@@ -231,6 +297,7 @@ type hsSock struct {
 	fd       int // -1 once handed on
 	tok      netpoll.Token
 	ip       string
+	ipSlot   bool // holds a slot of n.tlsIPs (acceptTLS)
 	raddr    *net.TCPAddr
 	deadline time.Time
 
@@ -240,14 +307,24 @@ type hsSock struct {
 
 	// Bytes read from the socket not yet given to crypto/tls: buf[off:].
 	// given counts the bytes given, recEnd is where the record being
-	// given ends (in the same count), records the records begun.
-	buf     []byte
-	off     int
-	given   int64
-	recEnd  int64
-	records int
+	// given ends (in the same count).
+	buf    []byte
+	off    int
+	given  int64
+	recEnd int64
 
 	client, server []byte // application traffic secrets, from the key log
+
+	// After the handshake (watching), each record is opened with a copy
+	// of the client's keys (seen) before crypto/tls gets it: odd is set
+	// by the first one that is not application data (a KeyUpdate, a
+	// ChangeCipherSpec, anything else), after which the keys are no
+	// longer followed. Without odd, seen.seq is the client's sequence
+	// number and the server has sent nothing after its Finished.
+	watching bool
+	odd      bool
+	seen     trafficKeys
+	scratch  []byte
 
 	rt net.Conn // once handed to net/http: the socket in the Go runtime
 }
@@ -302,8 +379,18 @@ func (s *hsSock) Read(p []byte) (int, error) {
 	for {
 		avail := len(s.buf) - s.off
 		if s.given == s.recEnd && avail >= recordHeaderLen {
-			s.recEnd = s.given + recordHeaderLen + int64(binary.BigEndian.Uint16(s.buf[s.off+3:]))
-			s.records++
+			size := recordHeaderLen + int(binary.BigEndian.Uint16(s.buf[s.off+3:]))
+			if s.watching && !s.odd {
+				if size <= recordHeaderLen+maxCiphertext && avail < size {
+					// The whole record first (it fits in buf).
+					if err := s.fill(); err != nil {
+						return 0, err
+					}
+					continue
+				}
+				s.inspect(s.buf[s.off : s.off+min(size, avail)])
+			}
+			s.recEnd = s.given + int64(size)
 		}
 		if s.given < s.recEnd && avail > 0 {
 			n := copy(p, s.buf[s.off:s.off+int(min(int64(avail), s.recEnd-s.given))])
@@ -314,6 +401,33 @@ func (s *hsSock) Read(p []byte) (int, error) {
 		if err := s.fill(); err != nil {
 			return 0, err
 		}
+	}
+}
+
+// watch starts following the client's records once the handshake is
+// done (a TLS 1.3 connection whose request is read next).
+func (s *hsSock) watch(suite uint16) {
+	s.watching = true
+	if s.client == nil {
+		s.odd = true
+		return
+	}
+	var err error
+	if s.seen, err = newTrafficKeys(suite, s.client); err != nil {
+		s.odd = true
+	}
+}
+
+// inspect opens a copy of the whole record rec (header and body) with
+// the followed keys and sets odd unless it is application data.
+func (s *hsSock) inspect(rec []byte) {
+	if rec[0] != recordAppData || len(rec) != recordHeaderLen+int(binary.BigEndian.Uint16(rec[3:])) {
+		s.odd = true
+		return
+	}
+	s.scratch = append(s.scratch[:0], rec...)
+	if ctype, _, err := s.seen.open(s.scratch); err != nil || ctype != recordAppData {
+		s.odd = true
 	}
 }
 
@@ -448,6 +562,10 @@ func (s *hsSock) toRuntime() bool {
 		s.off = 0
 	}
 	s.rt = c
+	// crypto/tls keeps the connection for its life, and hsSock under it:
+	// what only the hand-over to the loop needed goes.
+	s.client, s.server, s.scratch = nil, nil, nil
+	s.seen = trafficKeys{}
 	return true
 }
 
@@ -466,11 +584,15 @@ func (s *hsSock) releaseBuf() {
 }
 
 // recordLayer is the connection's TLS 1.3 record layer once crypto/tls is
-// done: read keys at the client's sequence number appRecords, write keys
-// at 0, and the records already read in rpart.
-func (s *hsSock) recordLayer(suite uint16, appRecords int) (*tlsState, error) {
+// done: read keys at the client's sequence number (the application data
+// records read since the handshake, and nothing else came: !s.odd),
+// write keys at 0, and the records already read in rpart.
+func (s *hsSock) recordLayer(suite uint16) (*tlsState, error) {
 	if s.given != s.recEnd {
 		return nil, errors.New("request ends inside a record")
+	}
+	if s.odd {
+		return nil, errors.New("records other than application data before the request ended")
 	}
 	if s.client == nil || s.server == nil {
 		return nil, errors.New("no traffic secrets in the key log")
@@ -483,12 +605,13 @@ func (s *hsSock) recordLayer(suite uint16, appRecords int) (*tlsState, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.seq = uint64(appRecords)
+	in.seq = s.seen.seq
 	tr := &tlsState{in: in, out: out}
 	if s.off < len(s.buf) {
 		tr.rpart = append(make([]byte, 0, len(s.buf)-s.off+512), s.buf[s.off:]...)
 	}
-	s.client, s.server = nil, nil
+	s.client, s.server, s.scratch = nil, nil, nil
+	s.seen = trafficKeys{}
 	return tr, nil
 }
 

@@ -85,6 +85,9 @@ func (c *conn) writeTLSLocked() {
 		if len(c.outq) == 0 && !t.keyUpdate {
 			return
 		}
+		if t.out.seq >= keyUpdateAfter {
+			t.keyUpdate = true // a batch seals a few records: far from the limit
+		}
 		sp := sealScratch.Get().(*[]byte)
 		w := recordWriter{b: (*sp)[:0], open: -1, keys: &t.out, ctype: recordHandshake}
 		if t.keyUpdate {

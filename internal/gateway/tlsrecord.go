@@ -27,9 +27,15 @@ import (
 // the unsent rest of a short write is copied (into conn.wbuf).
 //
 // Only what a server needs after the handshake is handled: application
-// data, alerts (any alert ends the connection) and KeyUpdate. The node
+// data, alerts (any alert ends the connection), KeyUpdate and the
+// compatibility ChangeCipherSpec (dropped, as crypto/tls does). The node
 // sends no NewSessionTicket (tickets are disabled), and any other
-// handshake message from the client is an error.
+// handshake message from the client is an error. A run of more than
+// maxUselessRecords records without application data (empty or
+// padding-only ones, ChangeCipherSpec, KeyUpdate) ends the connection,
+// as crypto/tls does. The node sends its own KeyUpdate after
+// keyUpdateAfter records under one key, well before the AEAD limits of
+// RFC 8446 §5.5 (AES-GCM: 2^24.5 records).
 
 const (
 	recordHeaderLen = 5
@@ -41,6 +47,9 @@ const (
 	recordAppData   = 23
 	recordAlert     = 21
 	recordHandshake = 22
+	recordCCS       = 20
+
+	maxUselessRecords = 16 // as crypto/tls's
 
 	hsKeyUpdate = 24
 )
@@ -52,7 +61,14 @@ var (
 	errRecordNoType   = errors.New("tls: record without a content type")
 	errCloseNotify    = errors.New("tls: close_notify from the peer")
 	errHandshakeMsg   = errors.New("tls: unexpected handshake message after the handshake")
+	errUselessRecords = errors.New("tls: too many records without application data in a row")
+	errCCS            = errors.New("tls: malformed ChangeCipherSpec")
 )
+
+// keyUpdateAfter is the number of records the node seals under one key
+// before it sends a KeyUpdate and moves to the next one (a variable for
+// the tests).
+var keyUpdateAfter uint64 = 1 << 22
 
 // trafficKeys protect one direction: the key, its static IV, the record
 // sequence number and the traffic secret (for KeyUpdate). The AEAD built
@@ -231,7 +247,8 @@ type tlsState struct {
 	out trafficKeys
 
 	rpart     []byte // an incomplete record (reader only)
-	keyUpdate bool   // the client asked for a KeyUpdate: ours goes before the next record
+	useless   int    // records in a row without application data (reader only)
+	keyUpdate bool   // the client asked for a KeyUpdate, or keyUpdateAfter: ours goes before the next record
 }
 
 // idle drops the AEADs not used since the last sweep (under conn.mu).
@@ -257,11 +274,31 @@ func (t *tlsState) readRecords(data []byte) (app, rest []byte, res readResult) {
 			return data[:w], data[off:], res
 		}
 		hdr := data[off : off+recordHeaderLen]
+		n := int(binary.BigEndian.Uint16(hdr[3:5]))
+		if hdr[0] == recordCCS {
+			// A compatibility ChangeCipherSpec, in plaintext: dropped.
+			if n != 1 {
+				res.err = errCCS
+				return data[:w], nil, res
+			}
+			if len(data)-off < recordHeaderLen+1 {
+				return data[:w], data[off:], res
+			}
+			if data[off+recordHeaderLen] != 1 {
+				res.err = errCCS
+				return data[:w], nil, res
+			}
+			off += recordHeaderLen + 1
+			if t.useless++; t.useless > maxUselessRecords {
+				res.err = errUselessRecords
+				return data[:w], nil, res
+			}
+			continue
+		}
 		if hdr[0] != recordAppData {
 			res.err = errRecordType
 			return data[:w], nil, res
 		}
-		n := int(binary.BigEndian.Uint16(hdr[3:5]))
 		if n > maxCiphertext {
 			res.err = errRecordOverflow
 			return data[:w], nil, res
@@ -273,6 +310,12 @@ func (t *tlsState) readRecords(data []byte) (app, rest []byte, res readResult) {
 		off += recordHeaderLen + n
 		if err != nil {
 			res.err = err
+			return data[:w], nil, res
+		}
+		if ctype == recordAppData && len(plain) > 0 {
+			t.useless = 0
+		} else if t.useless++; t.useless > maxUselessRecords && ctype != recordAlert {
+			res.err = errUselessRecords
 			return data[:w], nil, res
 		}
 		switch ctype {

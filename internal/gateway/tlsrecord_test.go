@@ -114,6 +114,49 @@ func TestTLSRecordKeyUpdate(t *testing.T) {
 	}
 }
 
+// ChangeCipherSpec records are dropped wherever they come, also cut over
+// reads; a run of more than maxUselessRecords records without data (CCS,
+// empty, padding only) ends the stream, a shorter one does not.
+func TestTLSRecordCCSAndUselessRuns(t *testing.T) {
+	ccs := []byte{recordCCS, 3, 3, 0, 1, 1}
+	w, r := keyPair(t, tls.TLS_AES_128_GCM_SHA256)
+	var stream []byte
+	stream = append(stream, ccs...)
+	stream = w.seal(stream, recordAppData, []byte("a"))
+	for i := 0; i < maxUselessRecords; i++ {
+		switch i % 3 {
+		case 0:
+			stream = append(stream, ccs...)
+		case 1:
+			stream = w.seal(stream, recordAppData, nil)
+		default:
+			stream = w.seal(stream, recordHandshake, []byte{hsKeyUpdate, 0, 0, 1, 0})
+			if err := w.update(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stream = w.seal(stream, recordAppData, []byte("b"))
+	for _, chunk := range []int{1, 2, 5, 7, 1 << 20} {
+		st := &tlsState{in: r}
+		got, err := feed(st, stream, chunk)
+		if err != nil || string(got) != "ab" {
+			t.Fatalf("chunk %d: %q err %v", chunk, got, err)
+		}
+	}
+	long := append([]byte(nil), stream[:len(stream)-(recordHeaderLen+1+1+16)]...) // without "b"
+	long = append(long, ccs...)
+	st := &tlsState{in: r}
+	if got, err := feed(st, long, 3); err != errUselessRecords || string(got) != "a" {
+		t.Fatalf("a run of %d: %q err %v", maxUselessRecords+1, got, err)
+	}
+	for _, bad := range [][]byte{{recordCCS, 3, 3, 0, 1, 2}, {recordCCS, 3, 3, 0, 2, 1, 1}} {
+		if _, err := feed(&tlsState{in: r}, bad, 1); err != errCCS {
+			t.Fatalf("%x: err %v, want %v", bad, err, errCCS)
+		}
+	}
+}
+
 func TestTLSRecordRefusals(t *testing.T) {
 	cases := map[string]struct {
 		rec  func(w *trafficKeys) []byte

@@ -102,7 +102,7 @@ func New() *Metrics {
 	f(m.RoomHistory)
 	m.APIKeyFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_api_key_failures_total", Help: "Server API requests refused for their key: refused (401, a wrong or missing key) or throttled (429, too many failures from the client IP)."}, []string{"result"})
 	m.PartialBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_partial_frame_bytes", Help: "Bytes held for unfinished client frames and fragmented messages, all connections of the node."})
-	m.TLSHandshakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_tls_handshakes_total", Help: "TLS handshakes on the node's listener, by path: loop (TLS 1.3, held by the event loop), goroutine (TLS 1.2 or an HTTP/2 client, served by net/http), failed."}, []string{"path"})
+	m.TLSHandshakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_tls_handshakes_total", Help: "TLS handshakes on the node's listener, by path: loop (TLS 1.3, held by the event loop), goroutine (TLS 1.2, an HTTP/2 client, a KeyUpdate or ChangeCipherSpec before the request, or WSGATE_TLS_OWN_RECORDS=off: crypto/tls), failed."}, []string{"path"})
 	for _, p := range []string{"loop", "goroutine", "failed"} {
 		m.TLSHandshakes.WithLabelValues(p)
 	}
