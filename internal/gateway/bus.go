@@ -205,6 +205,7 @@ func (n *Node) onBus(payload []byte) {
 		// The subscription was lost and is back: what was sent meanwhile
 		// did not come.
 		n.log.Info("bus subscription restored; catching up local connections")
+		n.membersAgain.Store(true) // membership messages may be lost too
 		n.catchUpBehind()
 		return
 	}
@@ -259,6 +260,9 @@ func (n *Node) onBus(payload []byte) {
 			}
 		}
 	case kindMembership:
+		if n.loseMembership != nil && n.loseMembership(e.User, e.Room) {
+			return
+		}
 		n.applyMembership(e.User, e.Room, e.Join, e.RoomSeq)
 	case kindDrain:
 		n.draining.Store(true) // new handshakes refused from now on
@@ -418,6 +422,12 @@ const catchUpPeriod = 30
 // pipelined step per chunk and catches up the connections behind, at most
 // 32 at a time.
 func (n *Node) catchUpBehindOnce() error {
+	if n.membersAgain.Swap(false) {
+		if err := n.membershipsOnce(); err != nil {
+			n.membersAgain.Store(true)
+			return err
+		}
+	}
 	byUser := map[string][]*conn{}
 	for _, c := range n.hub.all() {
 		byUser[c.user] = append(byUser[c.user], c)

@@ -84,6 +84,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 	if err := protocol.ValidName("user", user); err != nil {
 		return 0, badRequest("%v", err)
 	}
+	defer n.hub.beginChange(user)() // the backend has it before the index (roomconverge.go)
 	start := time.Now()
 	// A join reads, in the same step, the user's routes (after the
 	// membership is stored; a connect stores its route before it reads

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/testutil/redistest"
 )
 
 // A room plain at an API join whose first reliable message reaches the
@@ -59,4 +61,44 @@ func TestLostFirstReliableMessageOfAPlainRoomArrives(t *testing.T) {
 		t.Fatalf("the room's first reliable message never came (read ended with %d after %v)", code, got)
 	}
 	checkWhole(t, got, 1)
+}
+
+// An API join on one node whose bus message to the member's node is lost
+// (the member's connection stays open there, the room has history): the
+// room's next message finds no member on that node. When the node is told
+// its bus subscription was lost (CLIENT KILL TYPE pubsub), it reads its
+// users' rooms again and follows the one it missed from the join's seq:
+// the member gets every message after the join (none before), without a
+// reconnect and without the safety net (off here).
+func TestMissedAPIJoinIsFollowedAfterALossNotice(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Options{})
+	api := startNodeWith(t, redisBackend(t, srv.URL(), "missedjoin", 0), nil)
+	member := startNodeWith(t, redisBackend(t, srv.URL(), "missedjoin", 0), func(c *config.Gateway) { c.NodeID = "t2" })
+	member.catchUpEvery.Store(0)
+	lost := make(chan struct{})
+	member.loseMembership = func(user, room string) bool {
+		if user == "absent" && room == "told" {
+			close(lost)
+			return true
+		}
+		return false
+	}
+	c := dialRaw(t, member.addr, "absent", "")
+	eventually(t, 5*time.Second, "connected", func() bool { return member.hub.count() == 1 })
+	reliableRoom(t, api, "told", 1)
+	reliableRoom(t, api, "told", 2)
+	join(t, api, "told", "absent")
+	<-lost
+	reliableRoom(t, api, "told", 3) // reaches t2, which has no member for it
+	if n, err := srv.KillClients("pubsub"); err != nil || n == 0 {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %d, %v", n, err)
+	}
+	var got []int64
+	if code := c.readSeqs(&got, 3); code != 0 {
+		t.Fatalf("the room's messages after the join never came (read ended with %d after %v)", code, got)
+	}
+	reliableRoom(t, api, "told", 4)
+	if code := c.readSeqs(&got, 4); code != 0 || fmt.Sprint(got) != "[3 4]" {
+		t.Fatalf("room seqs %v (read ended with %d), want [3 4]: every message after the join, none before", got, code)
+	}
 }
