@@ -174,6 +174,15 @@ func (h *hub) leaveLocked(u *localUser, room string) bool {
 	return false
 }
 
+// member reports whether the local user is a member of room. Called
+// under a connection's lock: the hub never takes one under its own.
+func (h *hub) member(user, room string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	u := h.users[user]
+	return u != nil && slices.Contains(u.rooms, room)
+}
+
 func (h *hub) userConns(user string) []*conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()

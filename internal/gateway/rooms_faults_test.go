@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,5 +101,113 @@ func TestMissedAPIJoinIsFollowedAfterALossNotice(t *testing.T) {
 	reliableRoom(t, api, "told", 4)
 	if code := c.readSeqs(&got, 4); code != 0 || fmt.Sprint(got) != "[3 4]" {
 		t.Fatalf("room seqs %v (read ended with %d), want [3 4]: every message after the join, none before", got, code)
+	}
+}
+
+// heldRoomReads holds the room history reads made while armed until
+// released (Redis hanging, as under SIGSTOP, for a catch-up's read).
+type heldRoomReads struct {
+	cluster.Backend
+	armed   atomic.Bool
+	entered chan struct{} // one per held read
+	release chan struct{}
+}
+
+func (h *heldRoomReads) ReadRoom(ctx context.Context, room string, since int64, most int, opt cluster.InboxOptions) (cluster.InboxRead, error) {
+	if h.armed.Load() {
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return h.Backend.ReadRoom(ctx, room, since, most, opt)
+}
+
+// framesUntilPong sends a ping and returns the frames that came before
+// its pong.
+func framesUntilPong(t *testing.T, c *wsClient) []map[string]any {
+	t.Helper()
+	c.send(`{"type":"ping"}`)
+	var out []map[string]any
+	for {
+		f := c.next(5 * time.Second)
+		if f["type"] == "pong" {
+			return out
+		}
+		out = append(out, f)
+	}
+}
+
+// A leave answered while the connection's stream of the room is catching
+// up (its history read hangs): once the read comes back, no frame of the
+// room reaches the connection; a new join with since=N replays from N.
+func TestNoRoomFrameAfterTheLeaveOfACatchingUpStream(t *testing.T) {
+	b := &heldRoomReads{Backend: cluster.NewMemory(), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	pubNode := startNodeWith(t, b, nil)
+	// Seq 3's bus copy is lost: seq 4 starts a catch-up.
+	n := startNodeWith(t, b, func(c *config.Gateway) { c.NodeID = "t2" }, func(n *Node) {
+		n.loseBus = func(seq int64) bool { return seq == 3 }
+	})
+	for i := 1; i <= 2; i++ {
+		reliableRoom(t, pubNode, "exit", i)
+	}
+	c := n.connectTok(t, "leaver", anyRoom)
+	c.send(map[string]any{"type": "join", "id": "j1", "room": "exit", "since": 0})
+	if seqs, ev := roomSeqsOf(t, c, "exit", 2); fmt.Sprint(seqs) != "[1 2]" {
+		t.Fatalf("join since 0: %v", ev)
+	}
+	if r := c.replyTo("j1", 5*time.Second); r["ok"] != true {
+		t.Fatalf("join: %v", r)
+	}
+	b.armed.Store(true) // the catch-up's read hangs
+	reliableRoom(t, pubNode, "exit", 3)
+	reliableRoom(t, pubNode, "exit", 4)
+	<-b.entered
+	conn := n.hub.userConns("leaver")[0]
+	conn.mu.Lock()
+	s := conn.x.rooms["exit"]
+	conn.mu.Unlock()
+	c.send(map[string]any{"type": "leave", "id": "l1", "room": "exit"})
+	if r := c.replyTo("l1", 5*time.Second); r["ok"] != true {
+		t.Fatalf("leave: %v", r)
+	}
+	b.armed.Store(false)
+	close(b.release)
+	eventually(t, 5*time.Second, "the catch-up of the left room ends", func() bool {
+		conn.mu.Lock()
+		defer conn.mu.Unlock()
+		return !s.catchUp
+	})
+	if fs := framesUntilPong(t, c); len(fs) > 0 {
+		t.Fatalf("frames after the leave was answered: %v", fs)
+	}
+	c.send(map[string]any{"type": "join", "id": "j2", "room": "exit", "since": 2})
+	if seqs, ev := roomSeqsOf(t, c, "exit", 4); fmt.Sprint(seqs) != "[3 4]" {
+		t.Fatalf("join since 2 after the leave: %v, want 3 and 4", ev)
+	}
+	if r := c.replyTo("j2", 5*time.Second); r["ok"] != true {
+		t.Fatalf("join: %v", r)
+	}
+}
+
+// A reliable room message whose delivery found the member just before
+// the leave reaches the connection after it: nothing is queued (no
+// stream started for a room the user left).
+func TestDeliveryRacingALeaveQueuesNothing(t *testing.T) {
+	n := startNode(t, nil)
+	for i := 1; i <= 2; i++ {
+		reliableRoom(t, n, "gone", i)
+	}
+	c := n.connectTok(t, "racer", anyRoom)
+	c.send(map[string]any{"type": "join", "id": "j1", "room": "gone"})
+	if r := c.replyTo("j1", 5*time.Second); r["ok"] != true {
+		t.Fatalf("join: %v", r)
+	}
+	members := n.hub.roomConns("gone") // the delivery's snapshot
+	c.send(map[string]any{"type": "leave", "id": "l1", "room": "gone"})
+	if r := c.replyTo("l1", 5*time.Second); r["ok"] != true {
+		t.Fatalf("leave: %v", r)
+	}
+	n.deliverAll(members, newRoomDelivery([]byte(`{"type":"message","id":"late","event":"e","data":3,"ts":1,"seq":3,"target":{"type":"room","id":"gone"}}`), classChat, "gone", 3, 1))
+	if fs := framesUntilPong(t, c); len(fs) > 0 {
+		t.Fatalf("frames after the leave was answered: %v", fs)
 	}
 }
