@@ -263,6 +263,13 @@ type Backend interface {
 	LeaveRoom(ctx context.Context, room, user string) error
 	RoomMembers(ctx context.Context, room string) ([]string, error)
 	UserRooms(ctx context.Context, user string) ([]string, error)
+	// JoinSeqs answers, for each of rooms, the room's seq when the user's
+	// membership was stored (JoinRoom's RoomSeq of the first join; a
+	// repeated join keeps it, a leave forgets it), or -1 when the user is
+	// not a member or the membership did not record it (stored by an
+	// earlier version). A node that missed a membership follows the room
+	// from there: what came after the join is owed.
+	JoinSeqs(ctx context.Context, user string, rooms []string) ([]int64, error)
 	SetRoomInterest(ctx context.Context, node string, rooms []string, ttl time.Duration) error
 	DropRoomInterest(ctx context.Context, node string, rooms []string) error
 	RoomNodes(ctx context.Context, room string) ([]string, error)

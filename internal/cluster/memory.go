@@ -35,6 +35,7 @@ type Memory struct {
 	routes    map[string]map[string]memRoute  // user -> conn id -> route
 	members   map[string]map[string]struct{}  // room -> users
 	rooms     map[string]map[string]struct{}  // user -> rooms
+	joinSeqs  map[string]map[string]int64     // room -> user -> room seq at the join
 	interest  map[string]map[string]time.Time // room -> node -> expiry
 	declared  map[string]map[string]struct{}  // node -> rooms it declared interest in
 	inboxes   map[string]*memInbox
@@ -253,6 +254,15 @@ func (m *Memory) JoinRoom(ctx context.Context, room, user string, maxRooms int) 
 	if h := m.histories[room]; h != nil {
 		out.RoomSeq = h.seq
 	}
+	if m.joinSeqs == nil {
+		m.joinSeqs = map[string]map[string]int64{}
+	}
+	if m.joinSeqs[room] == nil {
+		m.joinSeqs[room] = map[string]int64{}
+	}
+	if _, ok := m.joinSeqs[room][user]; !ok {
+		m.joinSeqs[room][user] = out.RoomSeq
+	}
 	return out, nil
 }
 
@@ -264,7 +274,30 @@ func (m *Memory) LeaveRoom(ctx context.Context, room, user string) error {
 	defer m.mu.Unlock()
 	removeFromSet(m.members, room, user)
 	removeFromSet(m.rooms, user, room)
+	if js := m.joinSeqs[room]; js != nil {
+		delete(js, user)
+		if len(js) == 0 {
+			delete(m.joinSeqs, room)
+		}
+	}
 	return nil
+}
+
+// JoinSeqs implements Backend.
+func (m *Memory) JoinSeqs(ctx context.Context, user string, rooms []string) ([]int64, error) {
+	if err := m.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	out := make([]int64, len(rooms))
+	for i, r := range rooms {
+		seq, ok := m.joinSeqs[r][user]
+		if _, member := m.members[r][user]; !ok || !member {
+			seq = -1
+		}
+		out[i] = seq
+	}
+	return out, nil
 }
 
 // RoomMembers implements Backend, sorted.

@@ -17,6 +17,8 @@ package cluster
 //	                            (expiresAtMs 0 = never); key PEXPIRE inbox TTL
 //	{P:u:USER}:rooms      set   rooms the user joined
 //	{P:r:ROOM}:members    set   users in the room
+//	{P:r:ROOM}:joins      hash  member -> the room's seq when the membership
+//	                            was stored (JoinSeqs)
 //	{P:r:ROOM}:nodes      hash  node -> expiresAtMs (room interest);
 //	                            key PEXPIRE ttl+slack (GC only)
 //	{P:r:ROOM}:seq        string, last seq of a reliable room (INCR); lives
@@ -68,6 +70,7 @@ func (k redisKeys) userIdem(user, key string) string { return k.user(user, "idem
 func (k redisKeys) idem(key string) string { return "{" + k.p + ":idem:" + key + "}:claim" }
 
 func (k redisKeys) roomMembers(room string) string { return "{" + k.p + ":r:" + room + "}:members" }
+func (k redisKeys) roomJoins(room string) string   { return "{" + k.p + ":r:" + room + "}:joins" }
 func (k redisKeys) roomNodes(room string) string   { return "{" + k.p + ":r:" + room + "}:nodes" }
 func (k redisKeys) roomSeq(room string) string     { return "{" + k.p + ":r:" + room + "}:seq" }
 func (k redisKeys) roomHist(room string) string    { return "{" + k.p + ":r:" + room + "}:hist" }

@@ -185,14 +185,14 @@ func (r *Redis) joinBatch(batch []*joinReq) {
 	ctx, cancel := batchCtx(batch)
 	defer cancel()
 	added := make([]*redis.IntCmd, len(batch))
-	seqs := make([]*redis.StringCmd, len(batch))
+	seqs := make([]*redis.Cmd, len(batch))
 	// Every command is idempotent (SADD, reads), so the batch may be sent again.
 	cmds, err := r.evalEachWith(ctx, "join room", true, scriptJoinRoom, len(batch), func(i int) ([]string, []any) {
 		q := batch[i]
 		return []string{r.k.userRooms(q.user), r.k.routes(q.user)}, []any{q.room, q.bound}
 	}, func(p redis.Pipeliner, i int) {
 		added[i] = p.SAdd(ctx, r.k.roomMembers(batch[i].room), batch[i].user)
-		seqs[i] = p.Get(ctx, r.k.roomSeq(batch[i].room))
+		seqs[i] = scriptJoinSeq.Eval(ctx, p, []string{r.k.roomSeq(batch[i].room), r.k.roomJoins(batch[i].room)}, batch[i].user)
 	})
 	now := time.Now()
 	var undo []*joinReq
@@ -223,7 +223,7 @@ func (r *Redis) joinBatch(batch []*joinReq) {
 			continue
 		}
 		seq, e := seqs[i].Int64()
-		if e != nil && e != redis.Nil {
+		if e != nil {
 			q.finish(r.wrap("join room", e))
 			continue
 		}
@@ -239,6 +239,7 @@ func (r *Redis) joinBatch(batch []*joinReq) {
 		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, q := range undo {
 				p.SRem(ctx, r.k.roomMembers(q.room), q.user)
+				p.HDel(ctx, r.k.roomJoins(q.room), q.user)
 			}
 			return nil
 		})
@@ -255,10 +256,44 @@ func (r *Redis) LeaveRoom(ctx context.Context, room, user string) error {
 		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			p.SRem(ctx, r.k.roomMembers(room), user)
 			p.SRem(ctx, r.k.userRooms(user), room)
+			p.HDel(ctx, r.k.roomJoins(room), user)
 			return nil
 		})
 		return err
 	})
+}
+
+// JoinSeqs implements Backend: HGET of each room's joins, in one
+// pipeline.
+func (r *Redis) JoinSeqs(ctx context.Context, user string, rooms []string) ([]int64, error) {
+	out := make([]int64, len(rooms))
+	if len(rooms) == 0 {
+		return out, nil
+	}
+	err := r.do(ctx, "join seqs", true, func(ctx context.Context) error {
+		cmds := make([]*redis.StringCmd, len(rooms))
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, room := range rooms {
+				cmds[i] = p.HGet(ctx, r.k.roomJoins(room), user)
+			}
+			return nil
+		})
+		if err != nil && err != redis.Nil {
+			return err
+		}
+		for i, c := range cmds {
+			v, err := c.Int64()
+			switch {
+			case err == redis.Nil:
+				v = -1
+			case err != nil:
+				return err
+			}
+			out[i] = v
+		}
+		return nil
+	})
+	return out, err
 }
 
 // RoomMembers implements Backend, sorted.

@@ -272,6 +272,16 @@ end
 return 0
 `)
 
+// scriptJoinSeq reads a room's seq for a join and records it as the
+// member's join seq unless one is recorded (a repeated join keeps the
+// first). KEYS: the room's seq, the room's joins; ARGV: user. Returns the
+// seq (0: no reliable message yet).
+var scriptJoinSeq = redis.NewScript(`
+local s = tonumber(redis.call('GET', KEYS[1]) or '0')
+redis.call('HSETNX', KEYS[2], ARGV[1], s)
+return s
+`)
+
 // scriptJoinRoom adds a room to a user's rooms unless that would make more
 // than the bound, then reads the user's routes. KEYS: the user's rooms,
 // the user's routes; ARGV: room, bound (0 = none). Returns {0, routes}

@@ -205,6 +205,7 @@ func (n *Node) onBus(payload []byte) {
 		// The subscription was lost and is back: what was sent meanwhile
 		// did not come.
 		n.log.Info("bus subscription restored; catching up local connections")
+		n.membersAgain.Store(true) // membership messages may be lost too
 		n.catchUpBehind()
 		return
 	}
@@ -259,6 +260,9 @@ func (n *Node) onBus(payload []byte) {
 			}
 		}
 	case kindMembership:
+		if n.loseMembership != nil && n.loseMembership(e.User, e.Room) {
+			return
+		}
 		n.applyMembership(e.User, e.Room, e.Join, e.RoomSeq)
 	case kindDrain:
 		n.draining.Store(true) // new handshakes refused from now on
@@ -278,23 +282,37 @@ func (n *Node) onBus(payload []byte) {
 // member has the room, that declaration is withdrawn.
 //
 // The user's connections here follow the room from roomSeq, the seq the
-// joining node read (from the next seq, contract 4.2): a stream a
-// connection starts on its own, at a room's first reliable message, starts
-// at 0, since it was plain when the connection followed it (see
-// deliverLocked). A node of an earlier version sends no seq: it is read
-// here, after the local index has the room (best effort, for the time of
-// a rolling upgrade).
+// joining node read when it stored the membership (from the next seq,
+// contract 4.2), their streams started before the index has the room (see
+// followLocal). The room's messages appended since may have reached this
+// node before the membership (and found no member) or not at all (before
+// the joining node declared this node's interest): the room's seq is read
+// again once the index has the room, and the streams read what they miss
+// from the history, also for a room plain at the join (roomSeq 0) whose
+// first reliable messages came meanwhile. A node of an earlier version
+// sends no seq: it is read here, after the local index has the room (best
+// effort, for the time of a rolling upgrade).
 func (n *Node) applyMembership(user, room string, join bool, roomSeq *int64) {
 	if join {
+		if roomSeq != nil {
+			n.followLocal(user, room, *roomSeq, nil, nil)
+		}
 		added, present := n.hub.join(user, room)
-		if present && roomSeq != nil {
-			n.followLocal(user, room, *roomSeq, nil)
-		} else if present {
+		if present {
 			n.goFunc(func() {
 				ctx, cancel := n.bctx(n.ctx)
 				defer cancel()
-				if seqs, err := n.backend.RoomSeqs(ctx, []string{room}); err == nil {
-					n.followLocal(user, room, seqs[0], nil)
+				start := time.Now()
+				seqs, err := n.backend.RoomSeqs(ctx, []string{room})
+				n.observe("room_seqs", start, err)
+				switch {
+				case err != nil:
+					// The catch-up checks repair it (the next loss
+					// notice, the safety net).
+				case roomSeq == nil:
+					n.followLocal(user, room, seqs[0], nil, nil)
+				case seqs[0] > *roomSeq:
+					n.resyncLocal(user, room, *roomSeq, nil)
 				}
 			})
 		}
@@ -405,6 +423,12 @@ const catchUpPeriod = 30
 // pipelined step per chunk and catches up the connections behind, at most
 // 32 at a time.
 func (n *Node) catchUpBehindOnce() error {
+	if n.membersAgain.Swap(false) {
+		if err := n.membershipsOnce(); err != nil {
+			n.membersAgain.Store(true)
+			return err
+		}
+	}
 	byUser := map[string][]*conn{}
 	for _, c := range n.hub.all() {
 		byUser[c.user] = append(byUser[c.user], c)
@@ -472,8 +496,12 @@ func (n *Node) roomsBehindOnce(sem chan struct{}, wg *sync.WaitGroup) error {
 			for _, c := range n.hub.roomConns(room) {
 				c.mu.Lock()
 				var s *stream
-				if c.state == stOpen && c.x != nil {
-					if rs := c.x.rooms[room]; rs != nil && rs.last < seqs[i] {
+				if c.state == stOpen {
+					// A member without a stream followed the room while it
+					// was plain (every join path starts a stream for a
+					// reliable room before the index has the member):
+					// every seq is owed, from 1, as in deliverLocked.
+					if rs := c.roomStreamLocked(room, 0); rs.last < seqs[i] {
 						s = rs
 					}
 				}

@@ -167,7 +167,12 @@ type connExtra struct {
 
 	sendq   []queuedSend // send frames waiting for the sink, in frame order (upstream.go)
 	sending bool         // a send worker is running
-	rpcs    int          // rpc calls in flight (rpc.go)
+	// The first send of the connection answered unavailable and not
+	// accepted since, and when it last failed: later ids wait for it
+	// (upstream.go, sendBlockFor).
+	sendBlock   string
+	sendBlockAt time.Time
+	rpcs        int // rpc calls in flight (rpc.go)
 
 	// The grants of the last accepted refresh frame (refresh.go); the
 	// handshake's stay in meta, which never changes.
@@ -219,7 +224,7 @@ func (c *conn) dropIdleExtraLocked() {
 
 // idle reports whether x holds nothing a new connExtra would not.
 func (x *connExtra) idle() bool {
-	return len(x.inq) == 0 && len(x.held) == 0 && len(x.sendq) == 0 && !x.sending && x.rpcs == 0 &&
+	return len(x.inq) == 0 && len(x.held) == 0 && len(x.sendq) == 0 && !x.sending && x.sendBlock == "" && x.rpcs == 0 &&
 		!x.refreshed && x.claims == nil && x.inbox.idle() && len(x.rooms) == 0 && x.room == nil &&
 		x.info == nil && !x.lifeUp && x.closeCode == 0 && x.closeReason == ""
 }

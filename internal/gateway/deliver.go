@@ -157,8 +157,11 @@ func (c *conn) deliverLocked(d *delivery) bool {
 		// (seq 0) when it followed the room (at connect, join, or a
 		// membership from another node, which all start a stream for a
 		// reliable room): every seq of it is owed, from 1, also when
-		// the first ones reach the node after a later one.
-		s = c.roomStreamLocked(d.room, 0)
+		// the first ones reach the node after a later one. Unless the
+		// user left the room since this delivery found the member.
+		if s = c.followedLocked(d.room); s == nil {
+			return false
+		}
 	} else if c.x != nil {
 		s = &c.x.inbox
 	}
@@ -227,6 +230,25 @@ func (c *conn) roomStreamLocked(room string, base int64) *stream {
 	return s
 }
 
+// followedLocked is the connection's stream of a reliable room its user
+// is a member of, started at 0 when it has none yet (see deliverLocked);
+// nil when the user is no member (left the room).
+func (c *conn) followedLocked(room string) *stream {
+	if c.x != nil && c.x.rooms[room] != nil {
+		return c.x.rooms[room]
+	}
+	if !c.n.hub.member(c.user, room) {
+		return nil
+	}
+	return c.roomStreamLocked(room, 0)
+}
+
+// detachedLocked reports whether s is a room stream the connection no
+// longer follows (the user left the room): nothing of it is queued.
+func (c *conn) detachedLocked(s *stream) bool {
+	return s.room != "" && (c.x == nil || c.x.rooms[s.room] != s)
+}
+
 // name is the stream's room ("" for the inbox; s may be nil).
 func (s *stream) name() string {
 	if s == nil {
@@ -251,13 +273,18 @@ func (c *conn) resyncRooms() {
 	}
 }
 
-// forgetRoomLocked stops following a room the user left: a later join
-// starts from the room's position then, not from this one.
+// forgetRoomLocked stops following a room the user left, also a stream
+// still catching up (its catch-up ends without queueing anything more):
+// once the leave is answered no frame of the room follows, and a later
+// join starts from its own position (its since, or the room's seq), not
+// from this one.
 func (c *conn) forgetRoomLocked(room string) {
 	if c.x == nil {
 		return
 	}
-	if s := c.x.rooms[room]; s != nil && !s.catchUp {
+	if s := c.x.rooms[room]; s != nil {
+		s.catchUp, s.needRead, s.since = false, false, 0
+		s.held, s.pending = nil, nil
 		delete(c.x.rooms, room)
 	}
 }
@@ -409,7 +436,7 @@ func (c *conn) catchUp(s *stream) {
 	delay := 50 * time.Millisecond
 	for {
 		c.mu.Lock()
-		if c.state >= stClosing || !s.catchUp {
+		if c.state >= stClosing || !s.catchUp || c.detachedLocked(s) {
 			c.mu.Unlock()
 			return
 		}
@@ -459,7 +486,7 @@ func (c *conn) catchUp(s *stream) {
 		}
 		delay = 50 * time.Millisecond
 		c.mu.Lock()
-		if c.state < stClosing && s.catchUp && *c.posLocked(s) == since {
+		if c.state < stClosing && s.catchUp && !c.detachedLocked(s) && *c.posLocked(s) == since {
 			c.applyReadLocked(s, rd)
 		}
 		c.mu.Unlock()
@@ -575,6 +602,10 @@ func (c *conn) resync(s *stream) {
 		return
 	}
 	s = c.orInbox(s)
+	if c.detachedLocked(s) {
+		c.mu.Unlock()
+		return
+	}
 	s.needRead = true
 	if s.catchUp {
 		c.mu.Unlock()
@@ -609,7 +640,10 @@ func (c *conn) releaseLocked(held []*delivery) {
 		}
 		s := &c.extra().inbox
 		if d.room != "" {
-			s = c.roomStreamLocked(d.room, 0) // plain at the resume's read, as in deliverLocked
+			// Plain at the resume's read, as in deliverLocked.
+			if s = c.followedLocked(d.room); s == nil {
+				continue
+			}
 		}
 		if len(s.held) == 0 && !s.catchUp {
 			touched = append(touched, s)

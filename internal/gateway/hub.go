@@ -17,12 +17,17 @@ type hub struct {
 	list  []*conn // every connection (conn.hubIdx is its place): all() is a copy, not a walk of users
 	users map[string]*localUser
 	rooms map[string]*localRoom
+	// changing counts, per user, the membership changes this node has in
+	// flight (changeMembership): the backend may have them before the
+	// index does.
+	changing map[string]int
 }
 
 type localUser struct {
 	id    string
 	conns []*conn
 	rooms []string // the user's rooms (the room's own name string, shared)
+	gen   uint64   // moves at every change of rooms (memberSnap)
 }
 
 // localRoom is a room with a member connected here.
@@ -32,7 +37,7 @@ type localRoom struct {
 }
 
 func newHub(n *Node) *hub {
-	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]*localRoom{}}
+	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]*localRoom{}, changing: map[string]int{}}
 }
 
 // add indexes c; first is true when it is its user's first local connection.
@@ -95,6 +100,7 @@ func (h *hub) setRooms(user string, rooms []string) (added []string) {
 	if u == nil {
 		return nil
 	}
+	u.gen++
 	for _, r := range rooms {
 		if h.joinLocked(u, r) {
 			added = append(added, r)
@@ -113,6 +119,7 @@ func (h *hub) join(user, room string) (added, present bool) {
 	if u == nil {
 		return false, false
 	}
+	u.gen++
 	return h.joinLocked(u, room), true
 }
 
@@ -142,6 +149,7 @@ func (h *hub) leave(user, room string) (emptied bool) {
 	if u == nil {
 		return false
 	}
+	u.gen++
 	return h.leaveLocked(u, room)
 }
 
@@ -164,6 +172,15 @@ func (h *hub) leaveLocked(u *localUser, room string) bool {
 		return true
 	}
 	return false
+}
+
+// member reports whether the local user is a member of room. Called
+// under a connection's lock: the hub never takes one under its own.
+func (h *hub) member(user, room string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	u := h.users[user]
+	return u != nil && slices.Contains(u.rooms, room)
 }
 
 func (h *hub) userConns(user string) []*conn {
@@ -222,4 +239,63 @@ func (h *hub) filterRooms(rooms []string, withMembers bool) []string {
 		}
 	}
 	return out
+}
+
+// beginChange marks a membership change of user in flight until the
+// returned end is called.
+func (h *hub) beginChange(user string) (end func()) {
+	h.mu.Lock()
+	h.changing[user]++
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.changing[user]--; h.changing[user] == 0 {
+			delete(h.changing, user)
+		}
+		if u := h.users[user]; u != nil {
+			u.gen++
+		}
+	}
+}
+
+// memberSnap is a local user's rooms as the index had them.
+type memberSnap struct {
+	user  string
+	u     *localUser
+	gen   uint64
+	rooms []string
+}
+
+// memberSnaps lists the local users and their rooms, but for those with a
+// membership change in flight.
+func (h *hub) memberSnaps() []memberSnap {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]memberSnap, 0, len(h.users))
+	for id, u := range h.users {
+		if h.changing[id] == 0 {
+			out = append(out, memberSnap{user: id, u: u, gen: u.gen, rooms: slices.Clone(u.rooms)})
+		}
+	}
+	return out
+}
+
+// unchanged reports whether the user's rooms are still as in s, with no
+// change in flight.
+func (h *hub) unchanged(s memberSnap) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.users[s.user] == s.u && s.u.gen == s.gen && h.changing[s.user] == 0
+}
+
+// joinIfUnchanged adds room to the user of s if its rooms are still as in
+// s (see unchanged); added as for join.
+func (h *hub) joinIfUnchanged(s memberSnap, room string) (added, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.users[s.user] != s.u || s.u.gen != s.gen || h.changing[s.user] != 0 {
+		return false, false
+	}
+	return h.joinLocked(s.u, room), true
 }

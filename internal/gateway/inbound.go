@@ -68,13 +68,13 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's rooms claim does not allow room "+cf.Room)
 			return
 		}
-		seq, err := c.n.changeMembership(ctx, cf.Room, c.user, true, c)
+		_, err := c.n.changeMembership(ctx, cf.Room, c.user, true, c, cf.Since)
 		if ae, ok := err.(*APIError); ok && ae.Code == codeTooManyRooms {
 			c.replyRefused(cf.ID, protocol.ErrForbidden, ae.Message)
 			return
 		}
-		if err == nil {
-			c.followRoom(cf.Room, cf.Since, seq)
+		if err == nil && cf.Since != nil {
+			c.replayRoom(cf.Room, *cf.Since)
 		}
 		c.reply(cf.ID, err, 0)
 	case protocol.TypeLeave:

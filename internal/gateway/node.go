@@ -84,9 +84,12 @@ type Node struct {
 	recordMu sync.Mutex // held across each heartbeat write and by retire
 	retired  bool       // the node's record was removed for good: no heartbeat may write it again
 
-	loseBus      func(seq int64) bool // tests only: true loses the bus message of that seq
-	lb           *liveBackend         // the backend as n.backend, with what only it does
-	catchUpEvery atomic.Int64         // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
+	loseBus func(seq int64) bool // tests only: true loses the bus message of that seq
+	// tests only: true loses the bus message of that membership change
+	loseMembership func(user, room string) bool
+	membersAgain   atomic.Bool  // a loss notice came: re-read the local users' rooms (roomconverge.go)
+	lb             *liveBackend // the backend as n.backend, with what only it does
+	catchUpEvery   atomic.Int64 // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
 
 	startedAt time.Time
 	status    atomic.Value // cluster.NodeStatus

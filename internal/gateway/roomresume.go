@@ -100,24 +100,15 @@ func (r roomResume) queueLocked(c *conn) {
 	}
 }
 
-// followRoom starts the connection's stream of a room it just joined
-// (join frame): with since, the room's kept messages above since are
-// queued first (before the join's reply, contract 4.2); without, the
-// stream starts at seq, the room's seq the join read. A stream the connection has
-// already (the room's messages came live meanwhile) keeps its position.
-func (c *conn) followRoom(room string, since *int64, seq int64) {
-	if since != nil {
-		c.mu.Lock()
-		s := c.roomStreamLocked(room, *since)
-		c.mu.Unlock()
-		c.resync(s)
-		return
-	}
-	if seq > 0 {
-		c.mu.Lock()
-		c.roomStreamLocked(room, seq)
-		c.mu.Unlock()
-	}
+// replayRoom queues the room's kept messages above the position of the
+// stream a join frame with since started (changeMembership), before the
+// join's reply (contract 4.2). A stream the connection had already (the
+// room's messages came live meanwhile) keeps its position.
+func (c *conn) replayRoom(room string, since int64) {
+	c.mu.Lock()
+	s := c.roomStreamLocked(room, since)
+	c.mu.Unlock()
+	c.resync(s)
 }
 
 // forgetRoom makes the user's local connections stop following a room

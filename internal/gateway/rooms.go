@@ -21,44 +21,70 @@ const codeTooManyRooms = "too_many_rooms"
 // interest in the room (done here, so a publish right after the answer
 // finds them) and updates its local index through the bus.
 func (n *Node) JoinRoom(ctx context.Context, room, user string) error {
-	_, err := n.changeMembership(ctx, room, user, true, nil)
+	_, err := n.changeMembership(ctx, room, user, true, nil, nil)
 	return err
 }
 
 // LeaveRoom ends user's membership of room.
 func (n *Node) LeaveRoom(ctx context.Context, room, user string) error {
-	_, err := n.changeMembership(ctx, room, user, false, nil)
+	_, err := n.changeMembership(ctx, room, user, false, nil, nil)
 	return err
 }
 
-// followLocal makes the user's connections here follow a reliable room
-// from seq (nothing for a room still plain: see deliverLocked), except
-// the one whose join frame this is (it follows from its own since).
-func (n *Node) followLocal(user, room string, seq int64, except *conn) {
-	if seq <= 0 {
-		return
-	}
+// followLocal starts the streams of the user's connections here for a
+// reliable room joined at seq (the room's seq when the membership was
+// stored: they get what comes after it, contract 4.2). It runs before the
+// local index has the membership: a room message delivered to a member
+// without a stream, or a catch-up check finding one, takes the room for
+// one that was plain when the member followed it and starts at 0, which
+// is right only once every join path has started its streams. The
+// connection whose join frame this is (except) starts from the frame's
+// since when it has one. Nothing starts for a room still plain (seq 0):
+// its first reliable message starts the streams at 0. A connection that
+// follows the room already keeps its position.
+func (n *Node) followLocal(user, room string, seq int64, except *conn, since *int64) {
 	for _, c := range n.hub.userConns(user) {
-		if c == except {
+		base := seq
+		if c == except && since != nil {
+			base = *since
+		} else if seq <= 0 {
 			continue
 		}
 		c.mu.Lock()
-		c.roomStreamLocked(room, seq)
+		c.roomStreamLocked(room, base)
 		c.mu.Unlock()
 	}
 }
 
-// changeMembership answers, for a join, the room's last seq read after
-// this node's interest in the room was declared: the user's connections
-// follow the room from there, but for except, the connection whose join
-// frame this is (it follows from its own since).
-func (n *Node) changeMembership(ctx context.Context, room, user string, join bool, except *conn) (roomSeq int64, err error) {
+// resyncLocal makes the user's connections here read the room's history
+// from their streams' positions (a stream not started yet starts at base):
+// messages appended after the join but before this node's index had the
+// membership did not come live. skip (the connection whose join frame
+// has a since) reads on its own, before the frame's reply.
+func (n *Node) resyncLocal(user, room string, base int64, skip *conn) {
+	for _, c := range n.hub.userConns(user) {
+		if c == skip {
+			continue
+		}
+		c.mu.Lock()
+		s := c.roomStreamLocked(room, base)
+		c.mu.Unlock()
+		n.goFunc(func() { c.resync(s) })
+	}
+}
+
+// changeMembership answers, for a join, the room's seq read when the
+// membership was stored: the user's connections follow the room from
+// there, but for except, the connection whose join frame this is, when
+// the frame has a since (it follows from it).
+func (n *Node) changeMembership(ctx context.Context, room, user string, join bool, except *conn, since *int64) (roomSeq int64, err error) {
 	if err := protocol.ValidName("room", room); err != nil {
 		return 0, badRequest("%v", err)
 	}
 	if err := protocol.ValidName("user", user); err != nil {
 		return 0, badRequest("%v", err)
 	}
+	defer n.hub.beginChange(user)() // the backend has it before the index (roomconverge.go)
 	start := time.Now()
 	// A join reads, in the same step, the user's routes (after the
 	// membership is stored; a connect stores its route before it reads
@@ -94,10 +120,15 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 	for _, id := range routeNodes(routes) {
 		if id == n.cfg.NodeID {
 			if join {
+				n.followLocal(user, room, roomSeq, except, since)
 				if added, _ := n.hub.join(user, room); added {
-					// The first local member: the seq read above came
-					// before the interest; read it again after, so that
-					// nothing appended in between goes unnoticed.
+					// The first local member: what was appended between
+					// the join and the interest did not come to this node.
+					// Read the seq again, after the interest, and fetch
+					// those from the history. (With another local member,
+					// the room's messages came meanwhile; one that missed
+					// this user shows as a hole at the next one, or to the
+					// catch-up checks.)
 					n.declareInterest([]string{room}) // a failure is repaired by the heartbeat's
 					start = time.Now()
 					seqs, err := n.backend.RoomSeqs(ctx, []string{room})
@@ -105,9 +136,14 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 					if err != nil {
 						return 0, unavailable("room seq", err)
 					}
-					roomSeq = seqs[0]
+					if seqs[0] > roomSeq {
+						var skip *conn
+						if since != nil {
+							skip = except
+						}
+						n.resyncLocal(user, room, roomSeq, skip)
+					}
 				}
-				n.followLocal(user, room, roomSeq, except)
 			} else {
 				if n.hub.leave(user, room) {
 					n.dropInterest([]string{room})

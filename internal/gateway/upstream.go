@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/upstream"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -72,9 +73,27 @@ type queuedSend struct {
 	deadline time.Time
 }
 
+// sendBlockFor is how long a failed send of a connection holds back its
+// later ids (see runSends) without being retried: a client that retries
+// in order retries it first and gets it through at the latest once its
+// claim, if the claim's answer was lost, can be taken over (ClaimLease,
+// plus a send's 5 s); one that gave it up is not blocked for longer.
+const sendBlockFor = cluster.ClaimLease + upstreamDeadline
+
+// errSendBlocked: an earlier send of the connection failed and was not
+// accepted since.
+type errSendBlocked string
+
+func (e errSendBlocked) Error() string {
+	return "send " + strconv.Quote(string(e)) + " of this connection is not accepted yet; retry it first, then this one"
+}
+
 // runSends forwards the queued sends one after the other. When one fails,
 // the sends queued behind it are answered unavailable without being tried,
-// so that a client retrying them in order keeps its order.
+// and so is every later send with another id until the failed one is
+// accepted (or not retried for sendBlockFor): a client retrying them in
+// order keeps its order, also when its retries of the later ones arrive
+// after the failed one was answered.
 func (c *conn) runSends() {
 	for {
 		c.mu.Lock()
@@ -90,9 +109,29 @@ func (c *conn) runSends() {
 		q := x.sendq[0]
 		x.sendq[0] = queuedSend{}
 		x.sendq = x.sendq[1:]
-		c.mu.Unlock()
 		cf := q.cf
-		if err := c.forward(cf, q.deadline); err != nil {
+		var err error
+		if x.sendBlock != "" && x.sendBlock != cf.ID && time.Since(x.sendBlockAt) < sendBlockFor {
+			err = errSendBlocked(x.sendBlock)
+		}
+		c.mu.Unlock()
+		if err == nil {
+			err = c.forward(cf, q.deadline)
+		}
+		c.mu.Lock()
+		switch {
+		case err == nil:
+			if x.sendBlock == cf.ID {
+				x.sendBlock = ""
+			}
+		case errors.As(err, new(errSendBlocked)):
+		default:
+			if x.sendBlock == "" || x.sendBlock == cf.ID || time.Since(x.sendBlockAt) >= sendBlockFor {
+				x.sendBlock, x.sendBlockAt = cf.ID, time.Now()
+			}
+		}
+		c.mu.Unlock()
+		if err != nil {
 			c.replyRefused(cf.ID, protocol.ErrUnavailable, err.Error())
 			c.mu.Lock()
 			behind := x.sendq
@@ -127,15 +166,12 @@ func (c *conn) forward(cf *protocol.ClientFrame, deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(n.ctx, deadline)
 	defer cancel()
 	key := sendKey(c.user, cf.ID)
-	kc, err := n.backend.ClaimKey(ctx, key, "send", n.newID(), sendDedupTTL)
+	kc, err := n.claimSend(ctx, key)
 	if err != nil {
-		return fmt.Errorf("cluster backend unavailable: %w", err)
+		return err
 	}
 	if !kc.Claimed {
-		if kc.Answer != nil {
-			return nil // accepted before: answered ok, not forwarded again
-		}
-		return errSendInFlight
+		return nil // accepted before: answered ok, not forwarded again
 	}
 	rec := upstream.Record{
 		Type: "message", ID: kc.ID, User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID,
@@ -156,6 +192,34 @@ func (c *conn) forward(cf *protocol.ClientFrame, deadline time.Time) error {
 	}
 	scancel()
 	return nil
+}
+
+// claimSend claims a send's key. A claim whose answer did not come may
+// have been made: it is released (best effort), so that the client's
+// retry claims it at once instead of after ClaimLease. A claim in flight
+// (the same id being forwarded, or such a claim whose release was lost
+// too) is waited for until the send's deadline: its outcome is the
+// answer, or the claim is taken over once free.
+func (n *Node) claimSend(ctx context.Context, key string) (cluster.KeyClaim, error) {
+	delay := 50 * time.Millisecond
+	for {
+		kc, err := n.backend.ClaimKey(ctx, key, "send", n.newID(), sendDedupTTL)
+		if err != nil {
+			rctx, rcancel := n.bctx(n.ctx)
+			_ = n.backend.ReleaseKey(rctx, key)
+			rcancel()
+			return kc, fmt.Errorf("cluster backend unavailable: %w", err)
+		}
+		if kc.Claimed || kc.Answer != nil {
+			return kc, nil
+		}
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return kc, errSendInFlight
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
 }
 
 // sendKey is the backend key of a user's send id (lengths first, so that

@@ -15,6 +15,7 @@ var roomTests = []subtest{
 	{"JoinLeave", testRoomsJoinLeave},
 	{"Limit", testRoomsLimit},
 	{"JoinReads", testRoomsJoinReads},
+	{"JoinSeqs", testRoomsJoinSeqs},
 	{"Interest", testRoomsInterest},
 	{"InterestExpires", testRoomsInterestExpires},
 	{"RemoveNodeDropsInterest", testRoomsRemoveNode},
@@ -215,5 +216,45 @@ func testRoomsJoinReads(t *testing.T, b cluster.Backend) {
 	got, err = b.JoinRoom(ctx, "jr-2", "ja", 1)
 	if !errors.Is(err, cluster.ErrRoomLimit) || len(got.Routes) != 0 {
 		t.Fatalf("refused join: %+v, %v", got, err)
+	}
+}
+
+// testRoomsJoinSeqs: JoinSeqs answers the room's seq at the user's first
+// join, kept by a repeated join, forgotten by a leave (and by a refused
+// join, which stores nothing), -1 for a room the user is not in.
+func testRoomsJoinSeqs(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	check := func(what string, rooms []string, want ...int64) {
+		t.Helper()
+		got, err := b.JoinSeqs(ctx, "js", rooms)
+		must(t, err)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: join seqs %v, want %v", what, got, want)
+		}
+	}
+	must(t, join(b, ctx, "js-a", "js", 0))
+	check("a join while the room is plain", []string{"js-a", "js-none"}, 0, -1)
+	appendTo := func(room string, n int) {
+		for range n {
+			for _, o := range b.AppendRooms(ctx, []cluster.RoomAppend{{Room: room, Payload: []byte("m")}}, inboxOpts) {
+				must(t, o.Err)
+			}
+		}
+	}
+	appendTo("js-a", 2)
+	appendTo("js-b", 3)
+	must(t, join(b, ctx, "js-a", "js", 0))
+	must(t, join(b, ctx, "js-b", "js", 0))
+	check("a repeated join keeps the first", []string{"js-a", "js-b"}, 0, 3)
+	must(t, b.LeaveRoom(ctx, "js-a", "js"))
+	check("after a leave", []string{"js-a"}, -1)
+	must(t, join(b, ctx, "js-a", "js", 0))
+	check("a join after the leave", []string{"js-a"}, 2)
+	if err := join(b, ctx, "js-c", "js", 2); !errors.Is(err, cluster.ErrRoomLimit) {
+		t.Fatalf("join beyond the bound: %v", err)
+	}
+	check("a refused join", []string{"js-c"}, -1)
+	if got, err := b.JoinSeqs(ctx, "js", nil); err != nil || len(got) != 0 {
+		t.Fatalf("no rooms: %v, %v", got, err)
 	}
 }
