@@ -48,6 +48,9 @@ type Route struct {
 	Node        string `json:"node"`
 	ConnectedAt int64  `json:"connected_at"` // Unix ms
 	Device      string `json:"device"`
+	// Info is the token's info claim (its raw JSON; "" when none), shown
+	// in presence; kept with the route. A string keeps Route comparable.
+	Info string `json:"info,omitempty"`
 }
 
 // DefaultDevice is the device of a client that names none: a user whose

@@ -56,6 +56,7 @@ type memRoute struct {
 	device      string
 	connectedAt int64
 	expires     time.Time
+	info        string
 }
 
 // memInbox is one user's inbox. It is never deleted, so seqs are never
@@ -191,7 +192,7 @@ func (m *Memory) addRoutesLocked(routes []Route, ttl time.Duration) {
 			conns = map[string]memRoute{}
 			m.routes[r.User] = conns
 		}
-		conns[r.ConnID] = memRoute{node: r.Node, connectedAt: r.ConnectedAt, expires: expires, device: deviceOf(r.Device)}
+		conns[r.ConnID] = memRoute{node: r.Node, connectedAt: r.ConnectedAt, expires: expires, device: deviceOf(r.Device), info: r.Info}
 	}
 }
 
@@ -228,7 +229,7 @@ func (m *Memory) liveRoutes(user string) []Route {
 			delete(conns, id)
 			continue
 		}
-		out = append(out, Route{User: user, ConnID: id, Node: r.node, ConnectedAt: r.connectedAt, Device: r.device})
+		out = append(out, Route{User: user, ConnID: id, Node: r.node, ConnectedAt: r.connectedAt, Device: r.device, Info: r.info})
 	}
 	if len(conns) == 0 {
 		delete(m.routes, user)

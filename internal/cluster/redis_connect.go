@@ -44,7 +44,7 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 		win, keep := deviceWindow(q.opt)
 		args := []any{q.route.ConnID, encodeRoute(q.route, now.Add(q.ttl).UnixMilli()), (q.ttl + keySlack).Milliseconds(),
 			now.UnixMilli(), q.since, max(q.opt.Limit, 0), sendDeadline(q.ctx, now), max(q.lim.Max, 0),
-			deviceOf(q.route.Device), win, keep, MaxDevices}
+			deviceOf(q.route.Device), win, keep, MaxDevices, q.route.Info}
 		if q.lim.Max > 0 {
 			args = append(args, toAny(q.lim.IgnoreNodes)...)
 		}
@@ -143,7 +143,7 @@ func (r *Redis) RemoveRoutes(ctx context.Context, routes []Route) error {
 		err := r.do(ctx, "remove routes", true, func(ctx context.Context) error {
 			_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for _, rt := range batch {
-					p.HDel(ctx, r.k.routes(rt.User), rt.ConnID)
+					p.HDel(ctx, r.k.routes(rt.User), rt.ConnID, infoField(rt.ConnID))
 				}
 				return nil
 			})

@@ -194,6 +194,9 @@ func decodeRoutesFlat(user string, flat []any, now time.Time) []Route {
 	for i := 0; i+1 < len(flat); i += 2 {
 		conn, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
+		if strings.HasPrefix(conn, "i:") {
+			continue // a route's info (infoField)
+		}
 		if rt, exp, ok := decodeRoute(v); ok && exp > nowMs {
 			rt.User, rt.ConnID = user, conn
 			live = append(live, rt)

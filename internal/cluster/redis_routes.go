@@ -30,7 +30,11 @@ func (r *Redis) AddRoutes(ctx context.Context, routes []Route, ttl time.Duration
 			_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 				for _, rt := range batch {
 					key := r.k.routes(rt.User)
-					p.HSet(ctx, key, rt.ConnID, value(rt))
+					if len(rt.Info) > 0 {
+						p.HSet(ctx, key, rt.ConnID, value(rt), infoField(rt.ConnID), rt.Info)
+					} else {
+						p.HSet(ctx, key, rt.ConnID, value(rt))
+					}
 					p.PExpire(ctx, key, keyTTL)
 				}
 				return nil
@@ -47,7 +51,7 @@ func (r *Redis) AddRoutes(ctx context.Context, routes []Route, ttl time.Duration
 // RemoveRoute implements Backend: HDEL of exactly that field.
 func (r *Redis) RemoveRoute(ctx context.Context, user, connID string) error {
 	return r.do(ctx, "remove route", true, func(ctx context.Context) error {
-		return r.c.HDel(ctx, r.k.routes(user), connID).Err()
+		return r.c.HDel(ctx, r.k.routes(user), connID, infoField(connID)).Err()
 	})
 }
 
@@ -131,19 +135,37 @@ func decodeRoute(v string) (rt Route, expiresAt int64, ok bool) {
 	return rt, expiresAt, err1 == nil && err2 == nil
 }
 
+// infoField is the field of a route's info in the user's routes hash,
+// beside the route's own (a connection id holds no ':'). A node of an
+// earlier version reads it as a route that does not parse and removes
+// it: presence then lacks that info, and nothing else changes.
+func infoField(connID string) string { return "i:" + connID }
+
 // decodeRoutes turns a routes hash into the live routes (sorted like
-// Memory's) and the fields that expired or do not parse.
+// Memory's), with their info, and the fields that expired or do not
+// parse (an info field whose route is not live among them).
 func decodeRoutes(user string, fields map[string]string, now time.Time) (live []Route, expired []string) {
 	live = make([]Route, 0, len(fields))
 	nowMs := now.UnixMilli()
 	for conn, v := range fields {
+		if strings.HasPrefix(conn, "i:") {
+			continue
+		}
 		rt, exp, ok := decodeRoute(v)
 		if !ok || exp <= nowMs {
 			expired = append(expired, conn)
 			continue
 		}
 		rt.User, rt.ConnID = user, conn
+		if info, ok := fields[infoField(conn)]; ok {
+			rt.Info = info
+		}
 		live = append(live, rt)
+	}
+	for f := range fields {
+		if id, ok := strings.CutPrefix(f, "i:"); ok && !slices.ContainsFunc(live, func(rt Route) bool { return rt.ConnID == id }) {
+			expired = append(expired, f)
+		}
 	}
 	sortRoutes(live)
 	return live, expired

@@ -142,8 +142,9 @@ end
 // connID, route value, route key TTL ms, nowMs, since (-1: the device's
 // acknowledgement), limit, deadline (Unix ms, see luaPastDeadline), max
 // routes (0 = no limit), device, inbox TTL ms (0 = none), devices key
-// lifetime ms (0 = persist), max devices, then the nodes whose routes do
-// not count. Checks the limit, stores the route, marks the device seen
+// lifetime ms (0 = persist), max devices, the route's info (empty: none;
+// stored in the field "i:connID"), then the nodes whose routes do not
+// count. Checks the limit, stores the route, marks the device seen
 // (a device that is new, or was not seen within the TTL, starts at the
 // ack of every device; a new one past max devices makes the least
 // recently seen one forgotten), then reads as scriptRead does. Returns
@@ -157,7 +158,7 @@ local now = tonumber(ARGV[4])
 local max = tonumber(ARGV[8])
 if max > 0 then
   local ignore = {}
-  for i = 13, #ARGV do ignore[ARGV[i]] = true end
+  for i = 14, #ARGV do ignore[ARGV[i]] = true end
   local n = 0
   local flat = redis.call('HGETALL', KEYS[1])
   for i = 1, #flat, 2 do
@@ -170,6 +171,7 @@ if max > 0 then
   if n >= max then return 1 end
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[13] ~= '' then redis.call('HSET', KEYS[1], 'i:' .. ARGV[1], ARGV[13]) end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local acked = tonumber(redis.call('GET', KEYS[4]) or '0')
 local win = tonumber(ARGV[10])

@@ -346,7 +346,7 @@ func (g grpcTransport) presence(key, user string) ([]PresenceConn, *apiErr) {
 	}
 	var out []PresenceConn
 	for _, c := range res.Msg.GetConnections() {
-		out = append(out, PresenceConn{ConnID: c.GetConnId(), Node: c.GetNode(), ConnectedAt: c.GetConnectedAt(), Device: c.GetDevice()})
+		out = append(out, PresenceConn{ConnID: c.GetConnId(), Node: c.GetNode(), ConnectedAt: c.GetConnectedAt(), Device: c.GetDevice(), Info: rawOrNil(c.GetInfoJson())})
 	}
 	if res.Msg.GetOnline() != (len(out) > 0) {
 		return out, &apiErr{status: -1, message: "online disagrees with the connections"}
@@ -518,9 +518,10 @@ func TestAPIRoomHistory(t *testing.T) {
 
 func TestAPIPresenceMembersDisconnect(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, n *testNode, tr apiTransport) {
-		c := n.connect(t, "hal", "")
+		c := n.dial(t, "", http.Header{"Authorization": {"Bearer " + token(t, "hal", map[string]any{"info": map[string]any{"seat": 9}})}}, true)
+		c.expect("welcome")
 		conns, e := tr.presence("k", "hal")
-		if e != nil || len(conns) != 1 || conns[0].Node != "t1" || conns[0].ConnID == "" || conns[0].ConnectedAt == 0 {
+		if e != nil || len(conns) != 1 || conns[0].Node != "t1" || conns[0].ConnID == "" || conns[0].ConnectedAt == 0 || string(conns[0].Info) != `{"seat":9}` {
 			t.Fatalf("presence %+v %+v", conns, e)
 		}
 		if conns, e := tr.presence("k", "nobody"); e != nil || len(conns) != 0 {

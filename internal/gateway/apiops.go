@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,6 +23,8 @@ type PresenceConn struct {
 	Node        string `json:"node"`
 	ConnectedAt int64  `json:"connected_at"`
 	Device      string `json:"device"`
+	// Info is the token's info claim (contract 3), absent when it had none.
+	Info json.RawMessage `json:"info,omitempty"`
 }
 
 // NodeEntry is one live node as the API lists it.
@@ -73,7 +76,7 @@ func (n *Node) Presence(ctx context.Context, user string) ([]PresenceConn, error
 	}
 	conns := make([]PresenceConn, 0, len(routes))
 	for _, rt := range routes {
-		conns = append(conns, PresenceConn{ConnID: rt.ConnID, Node: rt.Node, ConnectedAt: rt.ConnectedAt, Device: cmp.Or(rt.Device, protocol.DefaultDevice)})
+		conns = append(conns, PresenceConn{ConnID: rt.ConnID, Node: rt.Node, ConnectedAt: rt.ConnectedAt, Device: cmp.Or(rt.Device, protocol.DefaultDevice), Info: rawOrNil(rt.Info)})
 	}
 	return conns, nil
 }
@@ -154,4 +157,12 @@ func (n *Node) DrainNode(ctx context.Context, id string) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// rawOrNil is s as raw JSON, nil when empty.
+func rawOrNil(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
 }

@@ -274,7 +274,13 @@ func (c *conn) claims() *auth.Claims {
 
 // route is the connection's route record.
 func (c *conn) route() cluster.Route {
-	return cluster.Route{User: c.user, ConnID: c.connID(), Node: c.n.cfg.NodeID, ConnectedAt: c.connectedAt, Device: c.deviceName()}
+	var info string
+	c.mu.Lock()
+	if c.x != nil {
+		info = string(c.x.info) // set before the first route, never changed; keeps x (dropIdleExtraLocked)
+	}
+	c.mu.Unlock()
+	return cluster.Route{User: c.user, ConnID: c.connID(), Node: c.n.cfg.NodeID, ConnectedAt: c.connectedAt, Device: c.deviceName(), Info: info}
 }
 
 // ---------------------------------------------------------------------

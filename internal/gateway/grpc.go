@@ -205,7 +205,7 @@ func (g grpcAPI) GetPresence(ctx context.Context, req *connect.Request[wsgatev1.
 	}
 	out := &wsgatev1.GetPresenceResponse{Online: len(conns) > 0}
 	for _, c := range conns {
-		out.Connections = append(out.Connections, &wsgatev1.Connection{ConnId: c.ConnID, Node: c.Node, ConnectedAt: c.ConnectedAt, Device: c.Device})
+		out.Connections = append(out.Connections, &wsgatev1.Connection{ConnId: c.ConnID, Node: c.Node, ConnectedAt: c.ConnectedAt, Device: c.Device, InfoJson: string(c.Info)})
 	}
 	return connect.NewResponse(out), nil
 }

@@ -344,7 +344,7 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	}
 	c.meta = n.metas.get(grants(a.claims), a.device)
 	c.exp = n.connExp(a.claims)
-	if n.events != nil {
+	if len(a.claims.Info) > 0 { // for presence (the route) and the connect record
 		c.extra().info = a.claims.Info
 	}
 	n.metrics.ConnectionsTotal.Inc()
@@ -575,7 +575,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 	// a slow client).
 	c.state = stOpen
 	if n.events != nil {
-		n.events.openedLocked(c, ip, c.x.info)
+		n.events.openedLocked(c, ip, c.extra().info)
 	}
 	c.lastSeq = base
 	c.queueReplayOrCatchUpLocked(nil, since, rd, cr.Unconfirmed)

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,5 +181,29 @@ func TestGrantsSharedOnlyWhenEqual(t *testing.T) {
 	}
 	if !join("g6", []string{"a", "b"}, "b") {
 		t.Errorf(`rooms ["a","b"] refused a join of room b`)
+	}
+}
+
+// User presence lists each connection's token info (contract 3, 22), on
+// the embedded backend and on Redis; a connection without info has none.
+func TestPresenceShowsTheTokensInfo(t *testing.T) {
+	rn, _ := redisNode(t, "presinfo")
+	for name, n := range map[string]*testNode{"memory": startNode(t, nil), "redis": rn} {
+		t.Run(name, func(t *testing.T) {
+			n.dial(t, "", http.Header{"Authorization": {"Bearer " + token(t, "ivy", map[string]any{"info": map[string]any{"name": "Ivy", "n": 1}})}}, true).expect("welcome")
+			n.connect(t, "ivy", "")
+			p, err := n.Presence(context.Background(), "ivy")
+			if err != nil || len(p) != 2 {
+				t.Fatalf("presence %+v, %v: want two connections", p, err)
+			}
+			var infos []string
+			for _, c := range p {
+				infos = append(infos, string(c.Info))
+			}
+			slices.Sort(infos)
+			if fmt.Sprint(infos) != `[ {"n":1,"name":"Ivy"}]` && fmt.Sprint(infos) != `[ {"name":"Ivy","n":1}]` {
+				t.Fatalf("infos in presence %q, want none and the token's", infos)
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ var routeTests = []subtest{
 	{"LateCloseOfOldConn", testRoutesLateClose},
 	{"UnusualIDs", testRoutesUnusualIDs},
 	{"ManyUsers", testRoutesManyUsers},
+	{"Info", testRoutesInfo},
 }
 
 // sortRoutes orders routes by conn id, for comparisons.
@@ -236,4 +237,33 @@ func testRoutesManyUsers(t *testing.T, b cluster.Backend) {
 		must(t, err)
 		return len(got[0]) == 0 && len(got[1]) == 2, routeConns(got[0]) + routeConns(got[1])
 	})
+}
+
+// A route's info (the token's info claim, for presence) is stored by
+// Connect and AddRoutes, read back with the route, gone with it, and
+// never taken for a route itself: not listed, not counted by a limit,
+// also when it looks like one.
+func testRoutesInfo(t *testing.T, b cluster.Backend) {
+	ctx := ctxFor(t)
+	tricky := `{"name":"a|1|99999999999999","n":2}`
+	r1 := cluster.Route{User: "ines", ConnID: "c1", Node: "n1", ConnectedAt: 1, Info: tricky}
+	r2 := cluster.Route{User: "ines", ConnID: "c2", Node: "n2", ConnectedAt: 2}
+	must(t, b.AddRoutes(ctx, []cluster.Route{r1, r2}, longTTL))
+	r3 := cluster.Route{User: "ines", ConnID: "c3", Node: "n1", ConnectedAt: 3, Info: `[1,2]`}
+	if _, err := b.Connect(ctx, r3, longTTL, 0, cluster.InboxOptions{}, cluster.ConnLimit{Max: 3}); err != nil {
+		t.Fatalf("connect with two other routes (one with info) under a limit of 3: %v", err)
+	}
+	got, err := b.UserRoutes(ctx, "ines")
+	must(t, err)
+	checkRoutes(t, "UserRoutes(ines)", got, r1, r2, r3)
+	r4 := cluster.Route{User: "ines", ConnID: "c4", Node: "n1", ConnectedAt: 4}
+	if _, err := b.Connect(ctx, r4, longTTL, 0, cluster.InboxOptions{}, cluster.ConnLimit{Max: 4}); err != nil {
+		t.Fatalf("connect with three other routes (two with info) under a limit of 4: %v", err)
+	}
+	must(t, b.RemoveRoute(ctx, "ines", "c1"))
+	r1.Info, r1.Node = "", "n3" // the same id again, without info
+	must(t, b.AddRoutes(ctx, []cluster.Route{r1}, longTTL))
+	got, err = b.UserRoutes(ctx, "ines")
+	must(t, err)
+	checkRoutes(t, "UserRoutes(ines) after c1 came back without info", got, r1, r2, r3, r4)
 }

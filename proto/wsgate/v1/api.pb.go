@@ -982,7 +982,9 @@ type Connection struct {
 	// Unix milliseconds.
 	ConnectedAt int64 `protobuf:"varint,3,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
 	// The device the connection named in its handshake ("default" when none).
-	Device        string `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`
+	Device string `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`
+	// The token's info claim as JSON text; empty when it had none.
+	InfoJson      string `protobuf:"bytes,5,opt,name=info_json,json=infoJson,proto3" json:"info_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1041,6 +1043,13 @@ func (x *Connection) GetConnectedAt() int64 {
 func (x *Connection) GetDevice() string {
 	if x != nil {
 		return x.Device
+	}
+	return ""
+}
+
+func (x *Connection) GetInfoJson() string {
+	if x != nil {
+		return x.InfoJson
 	}
 	return ""
 }
@@ -1539,13 +1548,14 @@ const file_wsgate_v1_api_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x125\n" +
 	"\bmessages\x18\x02 \x03(\v2\x19.wsgate.v1.HistoryMessageR\bmessages\"(\n" +
 	"\x12GetPresenceRequest\x12\x12\n" +
-	"\x04user\x18\x01 \x01(\tR\x04user\"t\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\"\x91\x01\n" +
 	"\n" +
 	"Connection\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\tR\x06connId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
 	"\fconnected_at\x18\x03 \x01(\x03R\vconnectedAt\x12\x16\n" +
-	"\x06device\x18\x04 \x01(\tR\x06device\"f\n" +
+	"\x06device\x18\x04 \x01(\tR\x06device\x12\x1b\n" +
+	"\tinfo_json\x18\x05 \x01(\tR\binfoJson\"f\n" +
 	"\x13GetPresenceResponse\x12\x16\n" +
 	"\x06online\x18\x01 \x01(\bR\x06online\x127\n" +
 	"\vconnections\x18\x02 \x03(\v2\x15.wsgate.v1.ConnectionR\vconnections\"?\n" +
