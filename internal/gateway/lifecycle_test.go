@@ -54,7 +54,7 @@ func TestWarmingNodeAcceptsAndRampsItsShare(t *testing.T) {
 			weights = append(weights, rec.Weight)
 			// The allocator's picks between this node (no connection
 			// yet counted) and a loaded active one: admitted with
-			// probability weight/100, then one of the best two.
+			// probability weight/100, then the least loaded.
 			busy := cluster.NodeInfo{ID: "busy", URL: "ws://busy/ws", Status: cluster.StatusActive, Connections: 500, Weight: 100, Heartbeat: rec.Heartbeat}
 			rec.Connections = 0
 			picks := 0
@@ -64,7 +64,7 @@ func TestWarmingNodeAcceptsAndRampsItsShare(t *testing.T) {
 					picks++
 				}
 			}
-			want := float64(rec.Weight) / 200
+			want := float64(rec.Weight) / 100
 			if share := float64(picks) / calls; share < want*0.8 || share > want*1.2 {
 				t.Fatalf("weight %d: %.3f of the picks, want about %.3f", rec.Weight, share, want)
 			}
