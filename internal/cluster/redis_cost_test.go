@@ -37,7 +37,7 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // commandStats reads INFO commandstats as command -> calls, without the
 // INFO and CONFIG calls of the measurement itself.
-func commandStats(t *testing.T, c *redis.Client) map[string]int64 {
+func commandStats(t testing.TB, c *redis.Client) map[string]int64 {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
