@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testutil/chromiumtest"
+
 	"github.com/wsgate/wsgate/internal/testutil/proc"
 	"github.com/wsgate/wsgate/internal/testutil/wsgatebin"
 
@@ -33,25 +35,6 @@ import (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	os.Exit(wsgatebin.Main(m))
-}
-
-// chromiumPath finds Chromium: $WSGATE_CHROMIUM, /usr/bin/chromium, or
-// chromium / chromium-browser / google-chrome on PATH.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("WSGATE_CHROMIUM"); p != "" {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("Chromium not found: run `make deps` (apt-get install -y chromium) or set WSGATE_CHROMIUM")
-	return ""
 }
 
 // ---- processes ----------------------------------------------------------------
@@ -217,20 +200,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 // and returns a context whose tab is ready.
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
-	exe := chromiumPath(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 800),
-	)
+	opts := chromiumtest.Options(t, chromedp.WindowSize(1280, 800))
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() {
@@ -238,7 +208,7 @@ func newBrowser(t *testing.T) context.Context {
 		cancelAlloc()
 	})
 	if err := chromedp.Do(ctx); err != nil { // starts the browser, without a timeout
-		t.Fatalf("start Chromium %s: %v", exe, err)
+		t.Fatalf("start Chromium %s: %v", chromiumtest.Path(t), err)
 	}
 	return ctx
 }

@@ -5,36 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/testutil/chromiumtest"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/wsgate/wsgate/protocol"
 )
-
-// chromium finds Chromium as web/helpers_test.go does: $WSGATE_CHROMIUM,
-// /usr/bin/chromium, or chromium / chromium-browser / google-chrome on
-// PATH.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("WSGATE_CHROMIUM"); p != "" {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("Chromium not found: run `make deps` (apt-get install -y chromium) or set WSGATE_CHROMIUM")
-	return ""
-}
 
 // Headless Chromium (BoringSSL) opens a wss:// WebSocket to a node with
 // a self-signed certificate: TLS 1.3 on the loop's record layer, with
@@ -43,19 +23,7 @@ func TestTLSChromiumWebSocket(t *testing.T) {
 	setKeyUpdateAfter(t, 4)
 	n := tlsNode(t, nil)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("ignore-certificate-errors", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
+	opts := chromiumtest.Options(t, chromedp.Flag("ignore-certificate-errors", true))
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelAlloc()
 	browser, cancel := chromedp.NewContext(allocCtx)
