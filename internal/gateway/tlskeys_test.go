@@ -14,16 +14,22 @@ import (
 	"github.com/wsgate/wsgate/protocol"
 )
 
-// handshakeTLS opens a TLS 1.3 connection to n (crypto/tls on the client)
-// whose writes go through the test's record layer (see recConn).
-func handshakeTLS(t testing.TB, n *testNode) *recConn {
+// handshakeTLS opens a TLS 1.3 connection to n (crypto/tls on the client,
+// with cfg when not nil) whose writes go through the test's record layer
+// (see recConn).
+func handshakeTLS(t testing.TB, n *testNode, cfg *tls.Config) *recConn {
 	t.Helper()
 	tcp, err := net.Dial("tcp", n.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kl := &keyLogLines{}
-	tc := tls.Client(tcp, &tls.Config{InsecureSkipVerify: true, KeyLogWriter: kl, MinVersion: tls.VersionTLS13})
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	cfg = cfg.Clone()
+	cfg.InsecureSkipVerify, cfg.KeyLogWriter, cfg.MinVersion = true, kl, tls.VersionTLS13
+	tc := tls.Client(tcp, cfg)
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +42,15 @@ func handshakeTLS(t testing.TB, n *testNode) *recConn {
 
 // upgrade sends the upgrade request of user on rc and reads the 101 and
 // the welcome.
-func upgrade(t *testing.T, rc *recConn, user string) *wsClient {
+func upgrade(t testing.TB, rc *recConn, user string) *wsClient {
+	t.Helper()
+	return upgradeOn(t, rc, user, true)
+}
+
+// upgradeOn sends the upgrade request of user on rc and reads the 101;
+// read starts the client's reader goroutine and reads the welcome (else
+// the caller reads it).
+func upgradeOn(t testing.TB, rc *recConn, user string, read bool) *wsClient {
 	t.Helper()
 	req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, user, nil) + "\r\n\r\n"
@@ -52,6 +66,10 @@ func upgrade(t *testing.T, rc *recConn, user string) *wsClient {
 	}
 	c := &wsClient{t: t, conn: rc, r: br, frames: make(chan map[string]any, 4096), closed: make(chan struct{})}
 	t.Cleanup(func() { rc.Conn.Close(); <-c.closed })
+	if !read {
+		close(c.closed)
+		return c
+	}
 	go c.readLoop()
 	if w := c.next(5 * time.Second); w["type"] != "welcome" {
 		t.Fatalf("first frame %v", w)
@@ -83,7 +101,7 @@ func TestTLSKeyUpdateOrCCSBeforeRequest(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			user := fmt.Sprint("early", i)
-			rc := handshakeTLS(t, n)
+			rc := handshakeTLS(t, n, nil)
 			tc.before(rc)
 			c := upgrade(t, rc, user)
 			for j := 0; j < 3; j++ {

@@ -123,48 +123,8 @@ func tlsNode(t *testing.T, mutate func(*config.Gateway)) *testNode {
 // client's reader goroutine (else the caller reads the welcome itself).
 func dialTLS(t testing.TB, n *testNode, user string, read bool, cfg *tls.Config) (*wsClient, *recConn) {
 	t.Helper()
-	tcp, err := net.Dial("tcp", n.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kl := &keyLogLines{}
-	if cfg == nil {
-		cfg = &tls.Config{}
-	}
-	cfg = cfg.Clone()
-	cfg.InsecureSkipVerify, cfg.KeyLogWriter, cfg.MinVersion = true, kl, tls.VersionTLS13
-	tc := tls.Client(tcp, cfg)
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	out, err := newTrafficKeys(tc.ConnectionState().CipherSuite, kl.lines["CLIENT_TRAFFIC_SECRET_0"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := &recConn{Conn: tcp, tc: tc, out: out}
-	req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, user, nil) + "\r\n\r\n"
-	rc.Write([]byte(req))
-	br := bufio.NewReader(rc)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("upgrade answer: %v", err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("upgrade answer %d %s", resp.StatusCode, b)
-	}
-	c := &wsClient{t: t, conn: rc, r: br, frames: make(chan map[string]any, 4096), closed: make(chan struct{})}
-	t.Cleanup(func() { tcp.Close(); <-c.closed })
-	if read {
-		go c.readLoop()
-		if w := c.next(5 * time.Second); w["type"] != "welcome" {
-			t.Fatalf("first frame %v", w)
-		}
-	} else {
-		close(c.closed)
-	}
-	return c, rc
+	rc := handshakeTLS(t, n, cfg)
+	return upgradeOn(t, rc, user, read), rc
 }
 
 // bigPing is a ping frame of about size bytes (a pad field the server
