@@ -32,6 +32,13 @@ type masterConfirms struct {
 	mu      sync.Mutex
 	running bool
 	next    *confirmRound // the round new reads join; nil when none waits
+	// Until downUntil the last round found too few replicas (for
+	// waitTimeout after it ended): a read is answered ErrNotReplicated
+	// at once, and the round it schedules finds out when they are back.
+	// A read that was already waiting took 1 to 2 rounds: each step of a
+	// handshake waiting as long would spend its deadline on the outage.
+	downUntil time.Time
+	downN     int64
 }
 
 // confirmKey makes sure that what a read made before this call saw on the
@@ -53,7 +60,11 @@ func (r *Redis) confirmKey(ctx context.Context, key, what string) error {
 		mc.running = true
 		go r.runConfirms(c, mc) // ends with the last round (each bounded by its timeout)
 	}
+	down, downN := time.Now().Before(mc.downUntil), mc.downN
 	mc.mu.Unlock()
+	if down {
+		return fmt.Errorf("%w: %s confirmed by %d of %d replicas (in the last round)", ErrNotReplicated, what, downN, r.opt.Replicas)
+	}
 	select {
 	case <-rnd.done:
 	case <-ctx.Done():
@@ -106,6 +117,13 @@ func (r *Redis) runConfirms(c *redis.Client, mc *masterConfirms) {
 		_, rnd.err = pipe.Exec(ctx)
 		rnd.n = wait.Val()
 		cancel()
+		mc.mu.Lock()
+		if rnd.err == nil && rnd.n < int64(r.opt.Replicas) {
+			mc.downUntil, mc.downN = time.Now().Add(waitTimeout), rnd.n
+		} else {
+			mc.downUntil = time.Time{}
+		}
+		mc.mu.Unlock()
 		close(rnd.done)
 	}
 }
