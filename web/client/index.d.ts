@@ -88,6 +88,12 @@ export interface ClientOptions {
   sharedWorkerUrl?: string | URL;
   /** SharedWorker name: tabs with one name share one connection. */
   sharedName?: string;
+  /**
+   * Transports to try, in order (default `['websocket', 'sse', 'stream']`):
+   * the next is tried at once when a WebSocket cannot be opened or a
+   * transport closes twice before a welcome (contract §18).
+   */
+  transports?: Transport[];
   /** WebSocket constructor (runtimes without a global one, tests). */
   WebSocket?: unknown;
   /** fetch function (tests). */
@@ -95,6 +101,9 @@ export interface ClientOptions {
   /** Random source in [0, 1) (tests). */
   random?: () => number;
 }
+
+/** How the session is carried: WebSocket, Server-Sent Events or HTTP streaming. */
+export type Transport = 'websocket' | 'sse' | 'stream';
 
 export interface Message<T = unknown> {
   id: string;
@@ -118,7 +127,11 @@ export interface Welcome {
   device?: string;
   /** Each reliable room the user is a member of, with its current seq. */
   rooms?: Record<string, number>;
+  /** The transport the connection opened on. */
+  transport: Transport;
 }
+
+export interface OpenDetail { transport: Transport; conn_id: string; node: string }
 
 export interface StateDetail {
   state: State;
@@ -133,13 +146,18 @@ export interface StateDetail {
 export interface GapDetail { from: number; to: number; missed: number; target?: { type: 'room'; id: string } }
 export interface RedirectDetail { url: string; reason: string; retry_after_ms: number }
 export interface ErrorDetail { code: string; message: string }
-export interface CloseDetail { code: number; reason: string; wasClean: boolean; reconnect: boolean; delay?: number }
+export interface CloseDetail {
+  code: number; reason: string; wasClean: boolean; reconnect: boolean; delay?: number;
+  /** Set when the next attempt moves to this transport (at once). */
+  transport?: Transport;
+}
 export interface ExpiringDetail { exp: number }
 export interface RefreshDetail { ok: boolean; exp?: number; code?: string; message?: string }
 
 export interface ClientEvents {
   state: StateDetail;
   welcome: Welcome;
+  open: OpenDetail;
   message: Message;
   gap: GapDetail;
   redirect: RedirectDetail;
@@ -180,6 +198,8 @@ export class Client extends EventTarget {
   readonly rooms: Record<string, number>;
   /** True when this tab uses a SharedWorker's connection. */
   readonly shared: boolean;
+  /** The transport of the open connection or of the attempt under way. */
+  readonly transport: Transport | null;
   readonly stats: Stats;
 
   /** Adds a listener of the event's detail; returns its remover. */

@@ -11,7 +11,10 @@
  * device whose acknowledgements the server keeps (§4.3); with a token
  * function the token is refreshed in band on `expiring` (§15). With
  * `shared: true` the tabs of one origin share one WebSocket through a
- * SharedWorker that runs this same module.
+ * SharedWorker that runs this same module. Where WebSocket is blocked the
+ * same session runs over Server-Sent Events or HTTP streaming (contract §18):
+ * the client falls back by itself (`transports`) and resumes across the
+ * change without a duplicate or a hole.
  *
  * This file is the module of the npm package `@wsgate/client` and the one
  * every gateway serves at `/client/wsgate.js`.
@@ -204,6 +207,19 @@ export class WsgateError extends Error {
  *   (default: this module's own URL; it must be of the page's origin).
  * @property {string} [sharedName] name of the SharedWorker: tabs with the
  *   same name share a connection (default: from url, allocator and user).
+ * @property {Transport[]} [transports] the transports to try, in order
+ *   (default `['websocket', 'sse', 'stream']`). When a WebSocket cannot be
+ *   opened, or a transport closes twice before a `welcome`, the next one is
+ *   tried at once; after a connection on a fallback transport ends, the
+ *   first is tried again (a fallback is not kept for good: a node that was
+ *   down refuses WebSocket too).
+ */
+
+/**
+ * A way to carry the session (contract §18): `websocket` (`/ws`), `sse`
+ * (`GET /sse`, Server-Sent Events) or `stream` (`POST /stream`, one frame
+ * per line); on the last two the client's frames go by `POST /v1/conn/{id}`.
+ * @typedef {'websocket'|'sse'|'stream'} Transport
  */
 
 /**
@@ -233,6 +249,8 @@ export class WsgateError extends Error {
  * @property {string} [url] redirect target, when one is followed
  */
 
+const TRANSPORTS = Object.freeze(['websocket', 'sse', 'stream']);
+
 const DEFAULTS = Object.freeze({
   format: 'json',
   minBackoff: 1000,
@@ -261,7 +279,8 @@ const hasWindow = typeof window !== 'undefined' && typeof window.addEventListene
  * | type | detail |
  * | --- | --- |
  * | `state` | {@link StateDetail} |
- * | `welcome` | the welcome frame: `{conn_id, node, user, ping_interval_ms, inbox_seq, device, rooms}` |
+ * | `welcome` | the welcome frame: `{conn_id, node, user, ping_interval_ms, inbox_seq, device, rooms, transport}` |
+ * | `open` | `{transport, conn_id, node}`: a connection opened (its welcome came), on that transport |
  * | `message` | {@link Message} |
  * | `gap` | `{from, to, missed, target?}`: reliable messages that will never come (`target` `{type:'room', id}` for a room) |
  * | `expiring` | `{exp}`: the token expires at `exp` (Unix s), 30 s from now |
@@ -285,8 +304,17 @@ export class Client extends EventTarget {
   #running = false;
   /** Generation of the current connection; stale callbacks compare it. */
   #gen = 0;
-  /** @type {WebSocket|null} */
+  /** The current socket: a WebSocket or an {@link HttpStreamSocket}. @type {WebSocket|HttpStreamSocket|null} */
   #ws = null;
+  /** @type {Transport[]} */
+  #transports;
+  #tIndex = 0; // the transport the next dial uses
+  #tFails = 0; // closes before a welcome on it
+  #tTried = 0; // transports moved past since the last welcome
+  #sockOpened = false; // the current socket opened (a WebSocket's open event)
+  #target = null; // the node URL of the current attempt, before its query
+  /** @type {Transport|null} */
+  #transport = null;
   #opened = false; // the welcome of #ws arrived
   #openedAt = 0;
   #gotMessage = false;
@@ -368,6 +396,7 @@ export class Client extends EventTarget {
       }
     }
     this.#device = resolveDevice(o.device, o.storage);
+    this.#transports = checkTransports(o.transports);
     this.#o = o;
     if (o.shared && typeof SharedWorker === 'function' && !inWorker) {
       try {
@@ -401,6 +430,8 @@ export class Client extends EventTarget {
   get device() { return this.#device; }
   /** Positions of the reliable rooms: room to the highest seq received (a copy). @type {Record<string, number>} */
   get rooms() { return this.#link ? { ...this.#link.snap.rooms } : Object.fromEntries(this.#rooms); }
+  /** The transport of the open connection (or of the attempt under way), else null. @type {Transport|null} */
+  get transport() { return this.#link ? this.#link.snap.transport ?? null : this.#transport; }
   /** True when this tab shares a SharedWorker's connection. @type {boolean} */
   get shared() { return this.#link != null; }
   /** Counters since construction (a copy; of the shared connection in shared mode). */
@@ -410,14 +441,14 @@ export class Client extends EventTarget {
   snapshot() {
     return {
       state: this.#state, node: this.node, connId: this.connId, user: this.user, welcome: this.welcome,
-      lastSeq: this.#lastSeq, url: this.#currentUrl, rooms: this.rooms, stats: this.stats,
+      lastSeq: this.#lastSeq, url: this.#currentUrl, rooms: this.rooms, stats: this.stats, transport: this.#transport,
     };
   }
 
   /**
    * Adds a listener that receives the event's detail. Returns a function
    * that removes it.
-   * @param {'state'|'welcome'|'message'|'gap'|'redirect'|'error'|'close'|'expiring'|'refresh'} type
+   * @param {'state'|'welcome'|'open'|'message'|'gap'|'redirect'|'error'|'close'|'expiring'|'refresh'} type
    * @param {(detail: any) => void} fn
    * @returns {() => void}
    */
@@ -452,6 +483,9 @@ export class Client extends EventTarget {
       this.#running = true;
       this.#attempt = 0;
       this.#quick = 0;
+      this.#tIndex = 0;
+      this.#tFails = 0;
+      this.#tTried = 0;
       if (hasWindow) window.addEventListener('online', this.#onOnline);
       this.#setState('connecting', {});
       this.#dial();
@@ -733,6 +767,7 @@ export class Client extends EventTarget {
         if (gen !== this.#gen || !this.#running) return;
       }
       if (!target) target = this.#defaultUrl();
+      this.#target = target;
 
       let token = null;
       if (typeof this.#o.token === 'function') {
@@ -760,10 +795,21 @@ export class Client extends EventTarget {
       if (this.#hasSeq) u.searchParams.set('since', String(this.#lastSeq));
       if (this.#device) u.searchParams.set('device', this.#device);
       for (const [room, seq] of this.#rooms) u.searchParams.append('room_since', `${room}:${seq}`);
-      const protocols = token ? [SUBPROTOCOL, 'bearer.' + token] : [SUBPROTOCOL];
-      this.#currentUrl = u.toString();
+      const kind = this.#transports[this.#tIndex];
+      let ws;
+      this.#sockOpened = false;
+      if (kind === 'websocket') {
+        const protocols = token ? [SUBPROTOCOL, 'bearer.' + token] : [SUBPROTOCOL];
+        this.#currentUrl = u.toString();
+        ws = new this.#WS(this.#currentUrl, protocols);
+        ws.onopen = () => { if (gen === this.#gen) this.#sockOpened = true; };
+      } else {
+        if (typeof this.#fetch !== 'function') throw new WsgateError('connect_failed', `wsgate: no fetch implementation for the ${kind} transport`);
+        this.#currentUrl = httpTransportUrl(u, kind);
+        ws = new HttpStreamSocket(kind, this.#currentUrl, token, this.#fetch);
+      }
+      this.#transport = kind;
       this.#stats.connects++;
-      const ws = new this.#WS(this.#currentUrl, protocols);
       this.#ws = ws;
       this.#opened = false;
       this.#gotMessage = false;
@@ -856,8 +902,10 @@ export class Client extends EventTarget {
     this.#openedAt = now();
     this.#welcome = {
       conn_id: f.conn_id, node: f.node, user: f.user,
-      ping_interval_ms: f.ping_interval_ms, inbox_seq: f.inbox_seq,
+      ping_interval_ms: f.ping_interval_ms, inbox_seq: f.inbox_seq, transport: this.#transport,
     };
+    this.#tFails = 0;
+    this.#tTried = 0;
     if (f.device !== undefined) this.#welcome.device = f.device;
     if (f.rooms && typeof f.rooms === 'object') {
       this.#welcome.rooms = { ...f.rooms };
@@ -881,6 +929,7 @@ export class Client extends EventTarget {
     this.#beat = setInterval(() => this.#heartbeat(interval), Math.max(500, interval / 2));
     this.#setState('open', {});
     this.#emit('welcome', { ...this.#welcome });
+    this.#emit('open', { transport: this.#transport, conn_id: f.conn_id, node: f.node });
     const waiters = this.#waiters.splice(0);
     for (const w of waiters) w.resolve({ ...this.#welcome });
     if (this.#lastSeq > this.#ackedSeq) this.#flushAckOn(this.#ws);
@@ -1080,6 +1129,17 @@ export class Client extends EventTarget {
       this.#needToken = true; // a refused handshake may be an expired token
     }
     const action = closeAction(code);
+    const next = this.#nextTransport(wasOpen);
+    if (next && action !== 'stop') {
+      // Another transport is tried at once (contract §18), at the same
+      // node; after a round of all of them the backoff applies.
+      if (this.#target) this.#redirect = { url: this.#target, after: 0 };
+      this.#emit('close', { code, reason, wasClean, reconnect: true, delay: 0, transport: next });
+      this.#setState('reconnecting', { delay: 0, code, reason });
+      clearTimeout(this.#timer);
+      this.#timer = setTimeout(() => this.#dial(), 0);
+      return;
+    }
     if (action === 'refresh' && typeof this.#o.token !== 'function' && this.#o.token) {
       // A fixed token cannot be renewed: reconnecting would be refused.
       this.#emit('close', { code, reason, wasClean, reconnect: false });
@@ -1096,6 +1156,33 @@ export class Client extends EventTarget {
       return;
     }
     this.#retry(code, reason, wasClean, 0, action);
+  }
+
+  /**
+   * The transport of the next attempt after a close: the next one when a
+   * WebSocket could not be opened or a transport closed twice before its
+   * welcome (null: the same, after the backoff). A connection that opened
+   * on a fallback sends the next attempt back to the first transport.
+   * Returns the transport to try at once, or null.
+   */
+  #nextTransport(wasOpen) {
+    const n = this.#transports.length;
+    if (wasOpen) {
+      this.#tIndex = 0;
+      this.#tFails = 0;
+      return null;
+    }
+    if (n < 2) return null;
+    this.#tFails++;
+    const kind = this.#transports[this.#tIndex];
+    if (!(kind === 'websocket' && !this.#sockOpened) && this.#tFails < 2) return null;
+    this.#tIndex = (this.#tIndex + 1) % n;
+    this.#tFails = 0;
+    if (++this.#tTried >= n) { // every transport failed: back off before the next round
+      this.#tTried = 0;
+      return null;
+    }
+    return this.#transports[this.#tIndex];
   }
 
   /** Schedules the next attempt after a close or a failed dial. */
@@ -1227,6 +1314,191 @@ function toWsUrl(raw) {
   return u.toString();
 }
 
+/** Checks the transports option (default: all three, WebSocket first). */
+function checkTransports(given) {
+  if (given == null) return [...TRANSPORTS];
+  if (!Array.isArray(given) || given.length === 0) throw new TypeError('wsgate: transports must be a non-empty array');
+  for (const t of given) {
+    if (!TRANSPORTS.includes(t)) throw new TypeError(`wsgate: unknown transport ${JSON.stringify(t)} (websocket, sse, stream)`);
+  }
+  return [...new Set(given)];
+}
+
+/**
+ * The http(s) URL of transport kind at the node of a WebSocket URL: `/ws`
+ * becomes `/sse` or `/stream`, the query (since, room_since, device, user)
+ * is kept.
+ */
+function httpTransportUrl(wsUrl, kind) {
+  const u = new URL(wsUrl);
+  u.protocol = u.protocol === 'wss:' ? 'https:' : 'http:';
+  u.pathname = /\/ws$/.test(u.pathname) ? u.pathname.replace(/\/ws$/, '/' + kind) : u.pathname.replace(/\/?$/, '/' + kind);
+  return u.toString();
+}
+
+/**
+ * A session over SSE or HTTP streaming (contract §18), with the part of
+ * WebSocket's interface the client uses: `readyState`, `send`, `close`,
+ * `onmessage` and `onclose` (also as events). The stream is read with
+ * fetch (EventSource cannot send the token as a header, and would
+ * reconnect by itself: the client resumes with since and room_since on
+ * every transport alike). Frames the client sends are posted in order to
+ * `/v1/conn/{conn_id}` of the same node with the welcome's `session`, the
+ * ones queued meanwhile together as one array. The server's last frame
+ * `{"type":"close"}` gives the close code.
+ */
+class HttpStreamSocket extends EventTarget {
+  /** 0 connecting, 1 open (the answer came), 3 closed, as WebSocket's. */
+  readyState = 0;
+  onmessage = null;
+  onclose = null;
+  onerror = null;
+  #kind;
+  #url;
+  #fetch;
+  #abort = new AbortController();
+  #close = null; // the close frame, when it came
+  #post = null; // {url, session} once the welcome came
+  #queue = [];
+  #posting = false;
+  #ending = false;
+  #done = false;
+
+  /**
+   * @param {'sse'|'stream'} kind
+   * @param {string} url the http(s) URL of /sse or /stream, with the query
+   * @param {string|null} token sent as `Authorization: Bearer`
+   * @param {typeof fetch} fetchFn
+   */
+  constructor(kind, url, token, fetchFn) {
+    super();
+    this.#kind = kind;
+    this.#url = url;
+    this.#fetch = fetchFn;
+    const headers = { Accept: kind === 'sse' ? 'text/event-stream' : 'application/x-ndjson' };
+    if (token) headers.Authorization = 'Bearer ' + token;
+    const init = { method: kind === 'sse' ? 'GET' : 'POST', headers, cache: 'no-store', signal: this.#abort.signal };
+    Promise.resolve().then(() => this.#fetch(url, init)).then((res) => this.#read(res)).catch((err) => {
+      this.#end(CloseCode.ABNORMAL, String(err?.message ?? err), false);
+    });
+  }
+
+  async #read(res) {
+    if (!res.ok || !res.body) {
+      let reason = `HTTP ${res.status}`;
+      try {
+        const b = await res.json();
+        if (b?.error?.code) reason += ` ${b.error.code}`;
+      } catch { /* not JSON */ }
+      this.#end(CloseCode.ABNORMAL, reason, false);
+      return;
+    }
+    this.readyState = 1;
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    let data = [];
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i).replace(/\r$/, '');
+        buf = buf.slice(i + 1);
+        if (this.#kind === 'stream') {
+          if (line !== '') this.#frame(line);
+        } else if (line === '') {
+          if (data.length) this.#frame(data.join('\n'));
+          data = [];
+        } else if (line.startsWith('data:')) {
+          data.push(line.slice(line[5] === ' ' ? 6 : 5));
+        } // comments (`:`), id: and other fields are not needed: the client resumes with seqs
+      }
+      if (this.#done) return;
+    }
+    const c = this.#close;
+    this.#end(c ? Number(c.code) || CloseCode.ABNORMAL : CloseCode.ABNORMAL, c ? String(c.reason ?? '') : 'the stream ended', c != null);
+  }
+
+  #frame(text) {
+    if (this.#done) return;
+    let f = null;
+    try { f = JSON.parse(text); } catch { /* passed on: the client reports it */ }
+    if (f && f.type === 'close') {
+      this.#close = f;
+      return;
+    }
+    if (f && f.type === 'welcome' && typeof f.session === 'string' && typeof f.conn_id === 'string') {
+      this.#post = { url: new URL('v1/conn/' + encodeURIComponent(f.conn_id), this.#url).toString(), session: f.session };
+      this.#flush();
+    }
+    this.#dispatch('message', { data: text });
+  }
+
+  /** Queues one frame (a JSON string) to post; false once closed. */
+  send(text) {
+    if (this.readyState !== 1 || this.#ending) throw new Error('wsgate: the stream is not open');
+    this.#queue.push(text);
+    this.#flush();
+  }
+
+  async #flush() {
+    if (this.#posting || !this.#post || this.#queue.length === 0) return;
+    this.#posting = true;
+    try {
+      while (this.#queue.length > 0 && !this.#done) {
+        const batch = this.#queue.splice(0);
+        const body = batch.length === 1 ? batch[0] : '[' + batch.join(',') + ']';
+        let res;
+        try {
+          res = await this.#fetch(this.#post.url, {
+            method: 'POST', body, cache: 'no-store',
+            headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + this.#post.session },
+          });
+        } catch (err) {
+          this.#end(CloseCode.ABNORMAL, `posting frames failed: ${err?.message ?? err}`, false);
+          return;
+        }
+        if (res.status === 202) continue;
+        if (res.status === 429) {
+          // Over the message rate: those frames were not taken (their
+          // requests time out); the connection stays.
+          this.#dispatch('error', { status: 429 });
+          continue;
+        }
+        this.#end(CloseCode.ABNORMAL, `posting frames answered ${res.status}`, false);
+        return;
+      }
+    } finally {
+      this.#posting = false;
+      if (this.#ending && this.#queue.length === 0) this.#end(this.#ending.code, this.#ending.reason, true);
+    }
+  }
+
+  /** Ends the stream (the server then closes the connection) once the frames queued are posted. */
+  close(code = CloseCode.NORMAL, reason = '') {
+    if (this.#done || this.#ending) return;
+    this.#ending = { code, reason };
+    if (!this.#posting || !this.#post) this.#end(code, reason, true);
+  }
+
+  #end(code, reason, wasClean) {
+    if (this.#done) return;
+    this.#done = true;
+    this.readyState = 3;
+    this.#abort.abort();
+    this.#dispatch('close', { code, reason, wasClean });
+  }
+
+  #dispatch(type, detail) {
+    const e = new Event(type);
+    Object.assign(e, detail);
+    this['on' + type]?.(e);
+    this.dispatchEvent(e);
+  }
+}
+
 /** The unverified `sub` claim of a JWT, for the allocator's query. */
 function subject(token) {
   const sub = claim(token, 'sub');
@@ -1249,14 +1521,14 @@ function claim(token, name) {
 // ---- shared mode -------------------------------------------------------------
 
 /** Events a SharedWorker forwards to its tabs. */
-const EVENT_TYPES = ['state', 'welcome', 'message', 'gap', 'redirect', 'error', 'close', 'expiring', 'refresh'];
+const EVENT_TYPES = ['state', 'welcome', 'open', 'message', 'gap', 'redirect', 'error', 'close', 'expiring', 'refresh'];
 
 const inWorker = typeof SharedWorkerGlobalScope === 'function' && globalThis instanceof SharedWorkerGlobalScope;
 
 /** The options a tab hands its SharedWorker: serializable, URLs absolute. */
 function sharedOptions(o, device) {
   const keys = ['user', 'format', 'minBackoff', 'maxBackoff', 'ackEvery', 'ackDelay', 'since', 'requestTimeout',
-    'handshakeTimeout', 'pongTimeout', 'roomSince', 'apiHeaders'];
+    'handshakeTimeout', 'pongTimeout', 'roomSince', 'apiHeaders', 'transports'];
   const out = {};
   for (const k of keys) if (o[k] !== undefined) out[k] = o[k];
   const base = hasWindow && window.location ? window.location.href : undefined;

@@ -1,5 +1,5 @@
 // A typed use of @wsgate/client: `tsc --noEmit -p example` checks it.
-import { Client, CloseCode, WsgateError, closeAction, type Message, type Welcome, type GapDetail } from '@wsgate/client';
+import { Client, CloseCode, WsgateError, closeAction, type Message, type Welcome, type GapDetail, type Transport } from '@wsgate/client';
 
 interface Chat { text: string }
 
@@ -10,6 +10,11 @@ const client = new Client({
   device: 'laptop-1',
   roomSince: { lobby: 41 },
   api: 'https://gw.example.com',
+  transports: ['websocket', 'sse', 'stream'],
+});
+client.on('open', (o) => {
+  const t: Transport = o.transport;
+  console.log('open over', t, o.conn_id, o.node, client.transport);
 });
 client.on('message', (m: Message) => {
   const chat = m.data as Chat;
@@ -20,11 +25,11 @@ client.on('gap', (g: GapDetail) => console.log(g.target?.id ?? 'inbox', g.from, 
 client.on('expiring', (e) => console.log('expires at', e.exp));
 client.on('refresh', (r) => console.log(r.ok, r.exp, r.code));
 client.on('state', (s) => console.log(s.state, s.previous, s.node, s.delay));
-client.on('close', (c) => console.log(c.code === CloseCode.DRAINING, closeAction(c.code)));
+client.on('close', (c) => console.log(c.code === CloseCode.DRAINING, closeAction(c.code), c.transport ?? 'same transport'));
 
 async function main(): Promise<void> {
   const w: Welcome = await client.connect();
-  console.log(w.node, w.device, w.rooms?.lobby, client.device, client.rooms, client.shared);
+  console.log(w.node, w.device, w.rooms?.lobby, w.transport, client.device, client.rooms, client.shared);
   await client.join('lobby', { since: 0 });
   const h = await client.history('lobby', { since: 0, limit: 50 });
   console.log(h.seq, h.messages.length);

@@ -53,6 +53,52 @@ function fakeSocket() {
   return FakeWS;
 }
 
+// ---- a fake node for SSE and HTTP streaming (contract §18), as fetch -------------
+
+function fakeHttp() {
+  const enc = new TextEncoder();
+  const h = {
+    streams: [], // the GET /sse and POST /stream requests, with push/end as the server
+    posts: [], // the POST /v1/conn/{id} requests: {url, auth, body}
+    postStatus: 202,
+    refuse: 0, // answer streams with this status and a JSON error when set
+    async stream(i) {
+      await waitFor(() => h.streams.length > i, `stream #${i}`);
+      return h.streams[i];
+    },
+    fetch: async (url, init = {}) => {
+      const u = new URL(url);
+      if (u.pathname.startsWith('/v1/conn/')) {
+        h.posts.push({ url, auth: init.headers?.Authorization, body: JSON.parse(init.body) });
+        return new Response(null, { status: h.postStatus });
+      }
+      const kind = u.pathname.endsWith('/sse') ? 'sse' : 'stream';
+      let ctrl;
+      const body = new ReadableStream({ start(c) { ctrl = c; } });
+      const st = {
+        url, kind, method: init.method, auth: init.headers?.Authorization, query: u.searchParams, aborted: false,
+        push(frame, id) {
+          const j = typeof frame === 'string' ? frame : JSON.stringify(frame);
+          ctrl.enqueue(enc.encode(kind === 'sse' ? `data: ${j}\n${id ? `id: ${id}\n` : ''}\n` : j + '\n'));
+        },
+        comment() { ctrl.enqueue(enc.encode(':\n\n')); },
+        end() { try { ctrl.close(); } catch { /* aborted */ } },
+        welcome(extra = {}) {
+          st.push({ type: 'welcome', conn_id: `c${h.streams.indexOf(st)}`, node: 'n1', user: 'alice', ping_interval_ms: 25000, inbox_seq: 0, session: 'sess' + h.streams.indexOf(st), transport: kind, ...extra });
+        },
+      };
+      init.signal?.addEventListener('abort', () => {
+        st.aborted = true;
+        try { ctrl.error(new Error('aborted')); } catch { /* closed */ }
+      });
+      h.streams.push(st);
+      if (h.refuse) return new Response(JSON.stringify({ error: { code: 'unavailable', message: 'x' } }), { status: h.refuse });
+      return new Response(body, { status: 200, headers: { 'Content-Type': kind === 'sse' ? 'text/event-stream' : 'application/x-ndjson' } });
+    },
+  };
+  return h;
+}
+
 // ---- a tiny runner -------------------------------------------------------------
 
 /** The cases, in order: {name, fn}. */
@@ -89,8 +135,10 @@ async function rejects(p, code, what) {
 /** A client on a fresh fake socket class, with fast backoff by default. */
 function setup(opts = {}) {
   const WS = fakeSocket();
-  const client = new Client({ url: 'ws://gw.test/ws', user: 'alice', device: null, WebSocket: WS, minBackoff: 10, maxBackoff: 40, random: () => 0.5, ...opts });
-  const events = { state: [], message: [], close: [], error: [], gap: [], welcome: [], redirect: [], expiring: [], refresh: [] };
+  // WebSocket only unless a case names the transports: a refused fake
+  // socket would otherwise fall back to SSE (cases below).
+  const client = new Client({ url: 'ws://gw.test/ws', user: 'alice', device: null, WebSocket: WS, minBackoff: 10, maxBackoff: 40, random: () => 0.5, transports: ['websocket'], ...opts });
+  const events = { state: [], message: [], close: [], error: [], gap: [], welcome: [], open: [], redirect: [], expiring: [], refresh: [] };
   for (const type of Object.keys(events)) client.on(type, (d) => events[type].push(d));
   const socket = async (i) => {
     await waitFor(() => WS.instances.length > i, `socket #${i}`);
@@ -620,5 +668,102 @@ test('send and rpc frames', async () => {
   eq([rf.method, rf.data], ['sum', [1, 2]], 'rpc frame');
   t.ws.push({ type: 'reply', id: rf.id, ok: true, result: 3 });
   eq(await r, 3, 'rpc result');
+  await t.client.close();
+});
+
+// ---- transports (contract §18) -------------------------------------------------
+
+test('transports are validated', () => {
+  for (const bad of [[], ['websocket', 'polling'], 'sse']) {
+    let threw = false;
+    try { new Client({ url: 'ws://gw.test/ws', WebSocket: fakeSocket(), transports: bad }); } catch (e) { threw = e instanceof TypeError; }
+    ok(threw, `transports ${JSON.stringify(bad)} refused`);
+  }
+});
+
+test('a WebSocket that cannot be opened falls back to SSE at once; frames are posted with the session; resume across transports', async () => {
+  const h = fakeHttp();
+  const t = setup({ transports: undefined, fetch: h.fetch, ackDelay: 0 });
+  const p = t.client.connect();
+  (await t.socket(0)).drop(1006); // refused before it opened (a proxy's 403)
+  const s = await h.stream(0);
+  eq([s.kind, s.method, s.url], ['sse', 'GET', 'http://gw.test/sse?user=alice'], 'the SSE request');
+  s.welcome();
+  await p;
+  eq(t.events.open, [{ transport: 'sse', conn_id: 'c0', node: 'n1' }], 'open names the transport');
+  eq(t.client.transport, 'sse', 'transport getter');
+  s.comment();
+  s.push(message(1), 'cur1');
+  s.push(message(2), 'cur2');
+  await waitFor(() => t.events.message.length === 2, 'two messages');
+  eq(t.events.message.map((m) => m.seq), [1, 2], 'messages');
+  await waitFor(() => h.posts.some((q) => q.body.type === 'ack' && q.body.seq === 2), 'the ack posted');
+  const ackPost = h.posts.find((q) => q.body.type === 'ack');
+  eq([ackPost.url, ackPost.auth], ['http://gw.test/v1/conn/c0', 'Bearer sess0'], 'posted to the node with the session');
+  const pub = t.client.publish({ type: 'room', id: 'lobby' }, 'chat', 'hi');
+  await waitFor(() => h.posts.some((q) => q.body.type === 'publish'), 'the publish posted');
+  s.push({ type: 'reply', id: h.posts.find((q) => q.body.type === 'publish').body.id, ok: true });
+  await pub;
+  // The node drains: redirect, then the close frame ends the stream.
+  s.push({ type: 'redirect', url: 'ws://n9.test/ws', reason: 'draining', retry_after_ms: 0 });
+  s.push({ type: 'close', code: 4001, reason: 'draining' });
+  s.end();
+  // WebSocket is tried first again, at the redirect's node, from seq 2.
+  const ws = await t.socket(1);
+  eq(ws.url, 'ws://n9.test/ws?user=alice&since=2', 'the next attempt');
+  eq(t.events.close.at(-1).code, 4001, 'the close frame gave the code');
+  ws.drop(1006);
+  const s2 = await h.stream(1);
+  eq(s2.url, 'http://n9.test/sse?user=alice&since=2', 'SSE at the redirect node, resumed');
+  s2.welcome({ inbox_seq: 3 });
+  s2.push(message(2)); // a replayed duplicate
+  s2.push(message(3));
+  await waitFor(() => t.events.message.length === 3, 'the third message');
+  eq(t.events.message.map((m) => m.seq), [1, 2, 3], 'no duplicate, no hole across transports');
+  eq(t.client.stats.duplicates, 1, 'the replayed one dropped');
+  await t.client.close();
+  ok(s2.aborted, 'close() ends the stream');
+});
+
+test('a transport that closes twice before a welcome moves on; HTTP streaming reads lines and posts a batch in order', async () => {
+  const h = fakeHttp();
+  const t = setup({ transports: ['sse', 'stream'], fetch: h.fetch, ackDelay: 0, token: 'tok.e30.sig' });
+  t.client.connect();
+  (await h.stream(0)).end();
+  await waitFor(() => t.events.close.length === 1, 'the first close');
+  ok(t.events.close[0].delay > 0 && t.events.close[0].transport === undefined, 'the first close backs off on the same transport');
+  (await h.stream(1)).end();
+  const s = await h.stream(2);
+  eq([s.kind, s.method, s.auth], ['stream', 'POST', 'Bearer tok.e30.sig'], 'the second close moves to stream at once, with the token');
+  s.welcome();
+  await waitFor(() => t.events.open.length === 1, 'open');
+  eq(t.events.open[0].transport, 'stream', 'open on stream');
+  h.postStatus = 202;
+  const a = t.client.send('a', 1);
+  const b = t.client.send('b', 2);
+  const c = t.client.send('c', 3);
+  await waitFor(() => h.posts.flatMap((q) => [].concat(q.body)).filter((f) => f.type === 'send').length === 3, 'three sends posted');
+  eq(h.posts.flatMap((q) => [].concat(q.body)).filter((f) => f.type === 'send').map((f) => f.event), ['a', 'b', 'c'], 'in order');
+  for (const f of h.posts.flatMap((q) => [].concat(q.body))) if (f.type === 'send') s.push({ type: 'reply', id: f.id, ok: true });
+  await Promise.all([a, b, c]);
+  s.push({ type: 'close', code: 4003, reason: 'kicked' });
+  s.end();
+  await waitFor(() => t.client.state === 'closed', 'stopped by 4003');
+});
+
+test('a posted frame answered 404 ends the connection; it resumes on the same transport', async () => {
+  const h = fakeHttp();
+  const t = setup({ transports: ['stream'], fetch: h.fetch, ackDelay: 0 });
+  t.client.connect();
+  const s = await h.stream(0);
+  s.welcome();
+  await waitFor(() => t.client.state === 'open', 'open');
+  s.push(message(4));
+  h.postStatus = 404; // the ack finds the connection gone
+  await waitFor(() => t.events.close.length === 1, 'closed');
+  eq(t.events.close[0].code, 1006, 'as a broken connection');
+  ok(s.aborted, 'the stream is ended');
+  const s2 = await h.stream(1);
+  eq([s2.kind, s2.query.get('since')], ['stream', '4'], 'resumed from 4 on stream');
   await t.client.close();
 });
