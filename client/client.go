@@ -203,6 +203,25 @@ type retry struct {
 	attempt  int    // backoff exponent
 	quick    int    // "at once" reconnects since the last healthy connection
 	redirect string // URL of the next dial, from a redirect frame
+	target   string // the node of the last dial
+	tIndex   int    // the transport of the next dial (Config.Transports)
+	tTried   int    // transports that failed in a row in this round
+}
+
+// nextTransport moves to the next transport after a failed dial and says
+// whether to dial it at once (at the same node): false once every
+// transport failed in a row, the round then starting again from the
+// first after the backoff.
+func (c *Client) nextTransport(r *retry) bool {
+	n := len(c.cfg.Transports)
+	r.tIndex = (r.tIndex + 1) % n
+	r.tTried++
+	if r.tTried >= n {
+		r.tIndex, r.tTried = 0, 0
+		return false
+	}
+	r.redirect = r.target
+	return true
 }
 
 func (c *Client) loop(ctx context.Context) error {
@@ -213,6 +232,10 @@ func (c *Client) loop(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if c.nextTransport(&r) {
+				c.log.Info("wsgate client: trying the next transport", "err", err, "transport", c.cfg.Transports[r.tIndex])
+				continue
 			}
 			var he *HandshakeError
 			if errors.As(err, &he) && !he.Retryable() {
@@ -233,6 +256,7 @@ func (c *Client) loop(ctx context.Context) error {
 			continue
 		}
 
+		r.tIndex, r.tTried = 0, 0 // the next dial tries the first transport again
 		res := c.serve(ctx, conn, w)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -275,7 +299,7 @@ func (c *Client) backoff(r *retry) time.Duration {
 
 // connect picks the URL (redirect, else allocator, else URL), gets a token
 // and dials.
-func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error) {
+func (c *Client) connect(ctx context.Context, r *retry) (FrameConn, *Welcome, error) {
 	target := r.redirect
 	r.redirect = ""
 	if target == "" && c.cfg.Allocator != "" {
@@ -292,6 +316,7 @@ func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error)
 	if target == "" {
 		target = c.cfg.URL
 	}
+	r.target = target
 	opts := DialOptions{
 		TokenVia:         c.cfg.TokenVia,
 		Format:           c.cfg.Format,
@@ -320,6 +345,9 @@ func (c *Client) connect(ctx context.Context, r *retry) (*Conn, *Welcome, error)
 		opts.User = c.cfg.User
 	}
 	c.st.dials.Add(1)
+	if t := c.cfg.Transports[r.tIndex]; t != WebSocket {
+		return dialStream(ctx, target, t, opts)
+	}
 	return Dial(ctx, target, opts)
 }
 
@@ -377,4 +405,13 @@ func (c *Client) waitSession(ctx context.Context) (*session, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// dialStream is DialStream as a FrameConn (a nil *StreamConn is no conn).
+func dialStream(ctx context.Context, target string, t Transport, opts DialOptions) (FrameConn, *Welcome, error) {
+	sc, w, err := DialStream(ctx, target, t, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sc, w, nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/wsgate/wsgate/protocol"
@@ -119,6 +120,17 @@ type Config struct {
 	// none.
 	ReadBufferSize int
 
+	// Transports are tried in order (contract §18; default
+	// DefaultTransports: WebSocket, SSE, Stream). When a dial fails (a
+	// refused upgrade, a close before the welcome), the next is tried at
+	// once at the same node; after all of them failed in a row the
+	// backoff applies, and the next round starts again from the first. A
+	// connection that opened on a fallback sends the next dial back to
+	// the first too: a node that was down refuses WebSocket as well. SSE
+	// and Stream carry JSON only: with Format MsgPack only WebSocket is
+	// used.
+	Transports []Transport
+
 	// Logger receives connection events; nil = discard.
 	Logger *slog.Logger
 	// Handlers are called from the client's reader goroutine (see Handlers).
@@ -203,6 +215,21 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Transports == nil {
+		cfg.Transports = DefaultTransports
+	}
+	cfg.Transports = slices.Clone(cfg.Transports)
+	for _, t := range cfg.Transports {
+		if t != WebSocket && t != SSE && t != Stream {
+			return cfg, fmt.Errorf("client: Transports: unknown transport %q (websocket, sse, stream)", t)
+		}
+	}
+	if cfg.Format == protocol.MsgPack {
+		cfg.Transports = slices.DeleteFunc(cfg.Transports, func(t Transport) bool { return t != WebSocket })
+	}
+	if len(cfg.Transports) == 0 {
+		return cfg, errors.New("client: Transports: none usable (SSE and Stream carry JSON only)")
 	}
 
 	switch {

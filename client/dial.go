@@ -77,6 +77,8 @@ type Welcome struct {
 	// Rooms maps each reliable room the user is a member of to its seq.
 	Rooms map[string]int64
 	URL   string // the URL dialled (without the query Dial added)
+	// Transport is the one the connection opened on.
+	Transport Transport
 }
 
 // subprotocol is the one the server selects when the token comes as
@@ -172,13 +174,20 @@ func (c *Conn) readWelcome(ctx context.Context, deadline time.Time) (*Welcome, e
 	if f.Type != protocol.TypeWelcome {
 		return nil, fmt.Errorf("first frame is %q, not welcome", f.Type)
 	}
+	w := welcomeOf(f)
+	w.Transport = WebSocket
+	return w, nil
+}
+
+// welcomeOf is the Welcome of a welcome frame.
+func welcomeOf(f *protocol.ServerFrame) *Welcome {
 	pw := f.AsWelcome()
 	return &Welcome{
 		ConnID: pw.ConnID, Node: pw.Node, User: pw.User,
 		PingInterval: time.Duration(pw.PingIntervalMS) * time.Millisecond,
 		InboxSeq:     pw.InboxSeq, Device: pw.Device,
 		Rooms: pw.Rooms,
-	}, nil
+	}
 }
 
 func (o DialOptions) withDefaults() DialOptions {

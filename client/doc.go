@@ -38,4 +38,13 @@
 // With Config.Compression (or DialOptions.Compression) the client offers
 // permessage-deflate without context takeover; it is off by default, as
 // a server-side client usually has bandwidth to spare and counts CPU.
+//
+// Where WebSocket is blocked, the same session runs over Server-Sent
+// Events or HTTP streaming (contract §18): Config.Transports (default
+// WebSocket, SSE, Stream) is tried in order, the next at once at the same
+// node when a dial fails, and Welcome.Transport names the one in use.
+// DialStream is the one-shot form; its StreamConn posts the client's
+// frames in order to POST /v1/conn/{conn_id} with the welcome's session.
+// Seqs, acks and resume are the client's own, so a change of transport
+// neither repeats nor skips a message.
 package client

@@ -77,6 +77,8 @@ func baseConfig(url string, ev *events) client.Config {
 		MaxBackoff: 40 * time.Millisecond,
 		AckDelay:   20 * time.Millisecond,
 		Handlers:   ev.handlers(),
+		// The stand-in speaks WebSocket only (stream_test.go has the others).
+		Transports: []client.Transport{client.WebSocket},
 	}
 }
 

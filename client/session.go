@@ -19,7 +19,7 @@ const closeWait = time.Second
 // connection when Run's context ends. Both are gone when serve returns.
 type session struct {
 	c       *Client
-	conn    *Conn
+	conn    FrameConn
 	started time.Time
 	done    chan struct{} // closed when the reader has finished
 	ackKick chan struct{} // arms the AckDelay timer
@@ -60,7 +60,7 @@ type sessionResult struct {
 }
 
 // serve runs one connection until it ends, from Run's goroutine.
-func (c *Client) serve(ctx context.Context, conn *Conn, w *Welcome) sessionResult {
+func (c *Client) serve(ctx context.Context, conn FrameConn, w *Welcome) sessionResult {
 	s := &session{
 		c:           c,
 		conn:        conn,
