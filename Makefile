@@ -8,6 +8,7 @@
 #   make fuzz    runs every fuzz target for FUZZTIME (default 30s)
 #   make bench   the Go benchmarks of the hot paths
 
+SHELL    := /bin/bash
 GO       ?= go
 FUZZTIME ?= 30s
 SHARED   ?= ../shared
@@ -40,15 +41,20 @@ test: deps
 	@failed=; for part in vet test-go test-js conformance; do \
 		$(MAKE) --no-print-directory $$part || failed="$$failed $$part"; \
 	done; \
-	if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	if [ -n "$$failed" ]; then scripts/fail-summary.sh $(TESTLOG); echo "make test: FAILED:$$failed"; exit 1; fi; \
 	echo "make test: vet, test-go, test-js and conformance passed"
 
 # deploy/helmtest (the Helm chart rendered by Helm's packages) is a module of
 # its own, keeping Helm out of the gateway's dependencies. Its tests render
 # templates in one goroutine, so they run without the race detector: built
 # with it, Helm's Kubernetes dependencies alone take minutes to compile.
+# The output is also kept in TESTLOG: a failed `make test` ends with the
+# failed tests' own lines (scripts/fail-summary.sh), which the tail of a
+# long CI log would otherwise cut.
+TESTLOG ?= $(or $(TMPDIR),/tmp)/wsgate-test-go.log
+
 test-go:
-	@rc=0; $(GO) test -race -count=1 -timeout 20m ./... || rc=1; \
+	@rc=0; set -o pipefail; $(GO) test -race -count=1 -timeout 20m ./... 2>&1 | tee $(TESTLOG) || rc=1; \
 	(cd deploy/helmtest && $(GO) test -count=1 ./...) || rc=1; exit $$rc
 
 # The npm package @wsgate/client (web/client): its unit tests and an
