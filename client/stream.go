@@ -211,6 +211,13 @@ func (c *StreamConn) ReadFrame() (*protocol.ServerFrame, error) {
 	return f, nil
 }
 
+// ReadRaw is ReadFrame without the decoding: the frame's JSON, for
+// protocol.PeekServer (the load generator).
+func (c *StreamConn) ReadRaw() (protocol.Format, []byte, error) {
+	p, err := c.next()
+	return protocol.JSON, p, err
+}
+
 // next returns the next frame's JSON: an SSE event's data, or an ndjson
 // line. The close frame is returned as a *CloseError.
 func (c *StreamConn) next() ([]byte, error) {

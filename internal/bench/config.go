@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/client"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -80,6 +81,9 @@ type Config struct {
 	CAFile     string        // --ca: PEM certificates that verify wss:// and https:// nodes (default: the system's)
 	TLS        *tls.Config   `json:"-"` // from CAFile (nil: the system's roots)
 	Join       string        // --join ROOM: every connection joins ROOM with a join frame after its welcome
+	// Transport (--transport): websocket (default), sse or stream (contract
+	// §18; read by a goroutine per connection, frames posted).
+	Transport client.Transport
 
 	RunID  string // --run-id: the run's id in every message's data (default random)
 	Listen bool   // --listen (connect): count this run's broadcasts published by others (listen.go)
@@ -124,6 +128,7 @@ type settings struct {
 	reliable, quiet                bool
 	jsonFile, htmlFile, cpuProfile string
 	reader                         string
+	transport                      string
 	spin                           time.Duration
 	caFile                         string
 	join                           string
@@ -198,6 +203,8 @@ func newSet(s *settings) *config.Set {
 	set.Duration(&s.sampleEvery, "sample-every", 5*time.Second, "soak: how often the nodes' RSS, goroutines and descriptors are read")
 	set.Duration(&s.warmup, "warmup", time.Minute, "soak: the start of the load not judged for stability")
 	set.Float(&s.tol, "tolerance", 5, "soak: after --warmup each node's RSS, goroutines and descriptors must stay within this many percent of their baseline")
+	set.String(&s.transport, "transport", string(client.WebSocket), "how the connections carry the session: websocket, sse (GET /sse) or stream (POST /stream); "+
+		"sse and stream connections are read by a goroutine each and post their frames to /v1/conn/{id}")
 	set.String(&s.reader, "reader", ReaderLoop, "how the bench reads its connections: loop (an epoll event loop, ws:// only) or goroutine (one goroutine per connection, client.Conn.ReadRaw)")
 	return set
 }
@@ -210,7 +217,7 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Fill: s.fill, Compress: s.compression, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile, Reader: s.reader, Spin: s.spin, CAFile: s.caFile, Join: s.join, RunID: s.runID, Listen: s.listen, UserOffset: s.userOffset, RetryInitial: s.retry, Dialing: s.dialing,
+		CPUProfile: s.cpuProfile, Reader: s.reader, Transport: client.Transport(s.transport), Spin: s.spin, CAFile: s.caFile, Join: s.join, RunID: s.runID, Listen: s.listen, UserOffset: s.userOffset, RetryInitial: s.retry, Dialing: s.dialing,
 		ChurnRate: s.churnRate, BroadcastRate: s.broadcastRate, SampleEvery: s.sampleEvery, Warmup: s.warmup, TolerancePct: s.tol,
 	}
 	f, err := protocol.ParseFormat(s.format)
@@ -281,6 +288,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Reader == "" {
 		c.Reader = ReaderLoop
+	}
+	if c.Transport == "" {
+		c.Transport = client.WebSocket
 	}
 	if c.Scenario == ScenarioSoak {
 		c.Reliable = true // the soak's user messages are reliable
@@ -386,6 +396,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--spin must be between 0 and 1s, got %s", c.Spin)
 	case c.Reader != ReaderLoop && c.Reader != ReaderGoroutine:
 		return fmt.Errorf("--reader must be %s or %s, got %q", ReaderLoop, ReaderGoroutine, c.Reader)
+	case c.Transport != client.WebSocket && c.Transport != client.SSE && c.Transport != client.Stream:
+		return fmt.Errorf("--transport must be websocket, sse or stream, got %q", c.Transport)
+	case c.Transport != client.WebSocket && (c.Format != protocol.JSON || c.Compress):
+		return fmt.Errorf("--transport %s carries JSON frames without compression (contract §18)", c.Transport)
 	case c.Reliable && c.Scenario != ScenarioPush && c.Scenario != ScenarioSoak:
 		return errors.New("--reliable is only for push: reliable delivery is for user targets (contract §5)")
 	case len(c.API) == 0 && c.needsAPI():

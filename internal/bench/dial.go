@@ -18,6 +18,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/wsgate/wsgate/client"
+	"github.com/wsgate/wsgate/protocol"
 )
 
 // dialTarget picks the URL of a dial: a redirect received, else the
@@ -131,6 +132,22 @@ func (s *slot) dialOnce(ctx context.Context) (*wsConn, error) {
 		if seq := s.lastSeq.Load(); seq > 0 {
 			opts.Since = &seq
 		}
+	}
+	if r.cfg.Transport != client.WebSocket {
+		sc, _, err := client.DialStream(ctx, target, r.cfg.Transport, opts)
+		if err != nil {
+			return nil, err
+		}
+		var early []earlyFrame
+		if r.cfg.Join != "" {
+			if early, err = s.join(ctx, sc); err != nil {
+				sc.Close()
+				return nil, err
+			}
+		}
+		c := &wsConn{s: s, cc: sc, format: protocol.JSON}
+		s.handleEarly(c, early)
+		return c, nil
 	}
 	cc, w, err := client.Dial(ctx, target, opts)
 	if err != nil {

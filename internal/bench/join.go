@@ -60,7 +60,7 @@ type earlyFrame struct {
 // until its reply; the frames before it are copied and returned in order.
 // A refusal is a *JoinError; no reply within joinTimeout (or ctx ending)
 // closes cc and fails with os.ErrDeadlineExceeded (or ctx's error).
-func (s *slot) join(ctx context.Context, cc *client.Conn) ([]earlyFrame, error) {
+func (s *slot) join(ctx context.Context, cc rawConn) ([]earlyFrame, error) {
 	r := s.r
 	start := time.Now()
 	if err := cc.WriteFrame(&protocol.ClientFrame{Type: protocol.TypeJoin, ID: joinID, Room: r.cfg.Join}); err != nil {

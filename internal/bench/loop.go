@@ -61,6 +61,15 @@ var (
 // wsConn is one connection of a slot: read either by the slot's goroutine
 // (cc != nil) or by the event loop (fd), written by anyone (acks, the
 // goodbye, churn) and closed by anyone (churn, storm, the end of the run).
+// rawConn is a connection read by a goroutine: a *client.Conn
+// (WebSocket) or a *client.StreamConn (SSE, HTTP streaming).
+type rawConn interface {
+	ReadRaw() (protocol.Format, []byte, error)
+	WriteFrame(*protocol.ClientFrame) error
+	WriteClose(code int, reason string) error
+	Close() error
+}
+
 type wsConn struct {
 	// What the loop touches for every frame comes first, in one cache
 	// line: a broadcast visits 15,000 of these, none of them in cache.
@@ -78,7 +87,7 @@ type wsConn struct {
 	ended    bool   // end ran
 	msg      []byte // fragmented message being assembled
 
-	cc    *client.Conn // goroutine reader; nil: event loop
+	cc    rawConn // goroutine reader; nil: event loop
 	tok   netpoll.Token
 	start time.Time
 	done  chan readResult // the end of the connection, for the slot

@@ -488,6 +488,9 @@ func (r *runner) startReader() {
 // readerName is the reader in use, for the report.
 func (r *runner) readerName() string {
 	switch {
+	case r.cfg.Transport != "" && r.cfg.Transport != "websocket":
+		return ReaderGoroutine + " (" + string(r.cfg.Transport) + ")"
+
 	case r.poller != nil:
 		return ReaderLoop
 	case r.readerErr != "":
