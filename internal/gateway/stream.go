@@ -242,6 +242,15 @@ func (n *Node) streamRequest(r *http.Request, tp uint8) (wsRequest, *refusal) {
 // serveHTTPStream is GET /sse and POST /stream: the checks of a WebSocket
 // handshake, then the connection on the socket net/http lets go of.
 func (n *Node) serveHTTPStream(w http.ResponseWriter, r *http.Request, tp uint8) {
+	// An HTTP/2 stream's handler returns when the connection ends, after
+	// the handshake's count (Shutdown waits for that count before it
+	// closes connections).
+	var h2 *h2Stream
+	defer func() {
+		if h2 != nil {
+			<-h2.done
+		}
+	}()
 	if !n.startHandshake() {
 		n.refuse(w, shuttingDown())
 		return
@@ -269,11 +278,15 @@ func (n *Node) serveHTTPStream(w http.ResponseWriter, r *http.Request, tp uint8)
 		return
 	}
 	hj, ok := w.(http.Hijacker)
-	if !ok {
+	if !ok || r.ProtoMajor != 1 {
 		// HTTP/2: its streams share one connection, which the event loop
-		// cannot take over.
-		n.release(&a)
-		n.refuse(w, refuseWith(http.StatusHTTPVersionNotSupported, "bad_request", tpNames[tp]+" is served over HTTP/1.1 only"))
+		// cannot take over (streamh2.go).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		h2 = newH2Stream(w, r)
+		c := n.newConn(&a, -1, newTLSIO(h2), tp)
+		c.outq = [][]byte{streamHeader(tp, req.origin)}
+		c.preamble = true
+		n.establish(c, a.ip, a.since, a.hasSince, a.roomSince, nil)
 		return
 	}
 	netConn, _, err := hj.Hijack()

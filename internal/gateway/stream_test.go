@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -63,7 +64,12 @@ func (s *streamClient) wire() string {
 // is returned with its body.
 func openStream(t testing.TB, req *http.Request, sse bool) (*streamClient, *http.Response, []byte) {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
+	return openStreamWith(t, http.DefaultClient, req, sse)
+}
+
+func openStreamWith(t testing.TB, hc *http.Client, req *http.Request, sse bool) (*streamClient, *http.Response, []byte) {
+	t.Helper()
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
@@ -589,4 +595,51 @@ func TestSSEIdleConnectionsHaveNoGoroutine(t *testing.T) {
 		return extra <= k/20
 	})
 	t.Logf("%d goroutines more for %d idle SSE connections", extra, k)
+}
+
+// On a TLS listener, over HTTP/1.1 (crypto/tls's goroutine path) and over
+// HTTP/2 (what browsers negotiate: the stream is one of the connection's,
+// carried by h2Stream): welcome, a message, a posted ping answered, a
+// refusal as JSON, and the client's close ending the connection.
+func TestSSEOverTLSAndHTTP2(t *testing.T) {
+	n := tlsNode(t, nil)
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprint("h2=", h2), func(t *testing.T) {
+			tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: h2}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr}
+			user := fmt.Sprint("tls", h2)
+			get := func(tok string) *http.Request {
+				req, _ := http.NewRequest("GET", "https://"+n.addr+"/sse?token="+tok, nil)
+				return req
+			}
+			if s, resp, body := openStreamWith(t, hc, get("bad"), true); s != nil || resp.StatusCode != 401 || !bytes.Contains(body, []byte(`"unauthorized"`)) {
+				t.Fatalf("bad token: %d %s", resp.StatusCode, body)
+			}
+			s, resp, body := openStreamWith(t, hc, get(token(t, user, nil)), true)
+			if s == nil || resp.ProtoMajor != map[bool]int{false: 1, true: 2}[h2] {
+				t.Fatalf("GET /sse: %v %s", resp.Proto, body)
+			}
+			w := s.expect("welcome")
+			pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "hi", Reliable: true})
+			if m := s.expect("message"); m.id == "" {
+				t.Fatalf("message %v without an id", m.m)
+			}
+			req, _ := http.NewRequest("POST", "https://"+n.addr+"/v1/conn/"+str(w.m, "conn_id"), strings.NewReader(`[{"type":"ping","ts":1},{"type":"ping","ts":2}]`))
+			req.Header.Set("Authorization", "Bearer "+str(w.m, "session"))
+			pr, err := hc.Do(req)
+			if err != nil || pr.StatusCode != 202 {
+				t.Fatalf("POST: %v %v", pr, err)
+			}
+			pr.Body.Close()
+			if p := s.expect("pong"); p.m["ts"] != float64(1) {
+				t.Fatalf("pong %v", p.m)
+			}
+			if p := s.expect("pong"); p.m["ts"] != float64(2) {
+				t.Fatalf("pong %v", p.m)
+			}
+			s.resp.Body.Close()
+			eventually(t, 5*time.Second, "the connection gone", func() bool { return n.hub.count() == 0 })
+		})
+	}
 }
