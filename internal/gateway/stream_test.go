@@ -237,7 +237,7 @@ func str(m map[string]any, k string) string { s, _ := m[k].(string); return s }
 // stream, the connection counted by transport, and the client's close
 // ending the connection.
 func TestSSEWelcomeMessageAndCursor(t *testing.T) {
-	n := startNode(t, nil)
+	n := startNode(t, func(c *config.Gateway) { c.PingInterval = time.Second; c.PongTimeout = 3 * time.Second })
 	s, w := openSSE(t, n, "ann", nil, nil)
 	if str(w.m, "transport") != "sse" || str(w.m, "session") == "" || str(w.m, "conn_id") == "" || w.id != "" {
 		t.Fatalf("welcome %v id %q: want transport sse, a session, no id", w.m, w.id)
@@ -266,10 +266,26 @@ func TestSSEWelcomeMessageAndCursor(t *testing.T) {
 	}
 	// Every event is "data: <json>\n" (+ "id: ...\n") + "\n".
 	for _, ev := range strings.Split(strings.TrimSuffix(s.wire(), "\n\n"), "\n\n") {
+		if ev == ":" {
+			continue // a keep-alive
+		}
 		lines := strings.Split(ev, "\n")
 		if !strings.HasPrefix(lines[0], "data: {") || len(lines) > 2 || (len(lines) == 2 && !strings.HasPrefix(lines[1], "id: ")) {
 			t.Fatalf("malformed event %q", ev)
 		}
+	}
+	// Idle: the comment ":" within the ping interval (and the sweep's
+	// second).
+	select {
+	case ev := <-s.events:
+		if !ev.comment {
+			t.Fatalf("frame %v while idle, want the comment", ev.m)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("no comment while idle")
+	}
+	if !strings.Contains(s.wire(), "\n:\n\n") {
+		t.Fatalf("no \":\" comment line on the wire: %q", s.wire())
 	}
 	s.resp.Body.Close()
 	eventually(t, 5*time.Second, "the closed stream's connection gone", func() bool { return n.hub.count() == 0 })
