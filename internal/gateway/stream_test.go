@@ -718,3 +718,34 @@ func TestIdleMemorySSEBesideWebSocket(t *testing.T) {
 		t.Errorf("an idle SSE connection costs %.0f B, a WebSocket one %.0f B: want at most 1.5 times", sse, ws)
 	}
 }
+
+// WSGATE_TRANSPORTS: an endpoint left out is 404, on the own accept
+// path too.
+func TestTransportsSetting(t *testing.T) {
+	wsOnly := startNode(t, func(c *config.Gateway) { c.Transports = []string{"ws"} })
+	for _, path := range []string{"/sse", "/stream", "/v1/conn/x"} {
+		method := "POST"
+		if path == "/sse" {
+			method = "GET"
+		}
+		req, _ := http.NewRequest(method, "http://"+wsOnly.addr+path+"?token="+token(t, "gus", nil), nil)
+		if s, resp, _ := openStream(t, req, true); s != nil || resp.StatusCode != 404 {
+			t.Fatalf("%s %s with ws only: %d, want 404", method, path, resp.StatusCode)
+		}
+	}
+	wsOnly.connect(t, "gus", "")
+
+	sseOnly := startNode(t, func(c *config.Gateway) { c.Transports = []string{"sse"}; c.NodeID = "t2" })
+	openSSE(t, sseOnly, "gus", nil, nil)
+	conn, err := net.Dial("tcp", sseOnly.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer %s\r\n\r\n", token(t, "gus", nil))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != 404 {
+		t.Fatalf("GET /ws with sse only: %v %v, want 404", resp, err)
+	}
+}
