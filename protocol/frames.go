@@ -12,6 +12,7 @@ const (
 	TypePong     = "pong"
 	TypeGap      = "gap"
 	TypeRedirect = "redirect"
+	TypeClose    = "close" // the last frame of an SSE or HTTP streaming connection
 	TypeError    = "error"
 	TypeExpiring = "expiring"
 
@@ -66,6 +67,19 @@ type Welcome struct {
 	// Rooms maps each reliable room the user is a member of to the room's
 	// highest seq (v2).
 	Rooms map[string]int64 `json:"rooms,omitempty" msgpack:"rooms,omitempty"`
+	// Session and Transport are set on the HTTP transports only (v3,
+	// contract 18): the secret that authorizes POST /v1/conn/{conn_id},
+	// and "sse" or "stream".
+	Session   string `json:"session,omitempty" msgpack:"session,omitempty"`
+	Transport string `json:"transport,omitempty" msgpack:"transport,omitempty"`
+}
+
+// StreamClose is the last frame of an SSE or HTTP streaming connection
+// (v3, contract 18): what a WebSocket would carry in its close frame.
+type StreamClose struct {
+	Type   string `json:"type" msgpack:"type"`
+	Code   int    `json:"code" msgpack:"code"`
+	Reason string `json:"reason" msgpack:"reason"`
 }
 
 // ErrorBody is the {code,message} pair of error frames, refused replies and

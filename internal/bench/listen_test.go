@@ -89,14 +89,15 @@ func nodeMetric(base, name string) float64 {
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	buf.ReadFrom(resp.Body)
+	sum := 0.0 // over the series of every label set (wsgate_connections has one per transport)
 	for _, line := range strings.Split(buf.String(), "\n") {
 		var v float64
-		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+		if f := strings.Fields(line); len(f) == 2 && (f[0] == name || strings.HasPrefix(f[0], name+"{")) {
 			fmt.Sscan(f[1], &v)
-			return v
+			sum += v
 		}
 	}
-	return 0
+	return sum
 }
 
 // TestConnectRetry: with --retry a first attempt that failed (here: the

@@ -141,10 +141,10 @@ func (ns *NodeSample) parse(r io.Reader) error {
 			if labelValue(labels, "quantile") == "1" {
 				ns.GCPauseMax = v
 			}
-		case "wsgate_connections":
-			ns.Connections = v
+		case "wsgate_connections": // one series per transport
+			ns.Connections += v
 		case "wsgate_connections_total":
-			ns.ConnectionsTotal = v
+			ns.ConnectionsTotal += v
 		case "wsgate_handshake_rejected_total":
 			ns.HandshakeReject += v
 		case "wsgate_messages_published_total":

@@ -20,8 +20,10 @@ process_cpu_seconds_total 12.34
 process_max_fds 20000
 process_open_fds 5017
 process_resident_memory_bytes 1.2345678e+08
-wsgate_connections 5000
-wsgate_connections_total 5123
+wsgate_connections{transport="sse"} 1000
+wsgate_connections{transport="ws"} 4000
+wsgate_connections_total{transport="sse"} 1023
+wsgate_connections_total{transport="ws"} 4100
 wsgate_handshake_rejected_total{reason="rate_limited"} 3
 wsgate_handshake_rejected_total{reason="unauthorized"} 2
 wsgate_messages_delivered_total 1.5e+06

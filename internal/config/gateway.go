@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,14 +37,15 @@ type Gateway struct {
 	AllowedOrigins   []string      // allowed Origin values, "*" = any; empty = same host
 
 	MaxMessageBytes    int
-	PartialFrameBudget int     // bytes held for unfinished client frames, node-wide; 0 = no limit
-	MaxConnsPerIP      int     // 0 = no limit
-	MaxConnsPerUser    int     // 0 = no limit, cluster-wide
-	MaxRoomsPerUser    int     // room memberships per user, cluster-wide (at least 1)
-	HandshakeRatePerIP float64 // per second, 0 = no limit
-	MessageRate        float64 // client frames per second per connection, 0 = no limit
-	DevicePolicy       string  // DeviceMulti or DeviceSingle
-	Compression        string  // "on": permessage-deflate when the client offers it; "off": never
+	PartialFrameBudget int      // bytes held for unfinished client frames, node-wide; 0 = no limit
+	MaxConnsPerIP      int      // 0 = no limit
+	MaxConnsPerUser    int      // 0 = no limit, cluster-wide
+	MaxRoomsPerUser    int      // room memberships per user, cluster-wide (at least 1)
+	HandshakeRatePerIP float64  // per second, 0 = no limit
+	MessageRate        float64  // client frames per second per connection, 0 = no limit
+	DevicePolicy       string   // DeviceMulti or DeviceSingle
+	Compression        string   // "on": permessage-deflate when the client offers it; "off": never
+	Transports         []string // WSGATE_TRANSPORTS: endpoints served, out of TransportNames
 
 	UpstreamURL    string // where send frames and events go (contract section 13); empty = none
 	UpstreamSecret string // HMAC-SHA256 key of webhook and rpc bodies
@@ -172,6 +174,8 @@ func registerGateway(s *Set, c *Gateway) {
 		"single: a new connection replaces the user's older ones cluster-wide")
 	s.String(&c.Compression, "compression", "on", "on: permessage-deflate (no context takeover) when the client offers it, "+
 		"for frames of 512 bytes and more; off: never negotiated")
+	s.List(&c.Transports, "transports", []string{"ws", "sse", "stream"}, "comma list of client endpoints served: ws (/ws), sse (/sse), stream (/stream); "+
+		"POST /v1/conn/{conn_id} is served with sse or stream")
 	s.String(&c.UpstreamURL, "upstream-url", "", "where client send frames and events go: redis://host:port/db?stream=NAME, "+
 		"nats://host:port?subject=S&stream=N, kafka://b1:9092,b2:9092/TOPIC or an http(s):// webhook; empty = send refused").
 		SecretURL()
@@ -206,6 +210,12 @@ func registerGateway(s *Set, c *Gateway) {
 		"(the profiler is also on the admin listener, and without one on the listen address for loopback peers)")
 	s.Bool(&c.Dev, "dev", false, "dev mode (set by the dev subcommand)").Hide()
 }
+
+// TransportNames are the values WSGATE_TRANSPORTS takes.
+var TransportNames = []string{"ws", "sse", "stream"}
+
+// TransportOn reports whether the endpoint of transport name is served.
+func (c *Gateway) TransportOn(name string) bool { return slices.Contains(c.Transports, name) }
 
 // CompressionOn reports whether permessage-deflate is negotiated.
 func (c *Gateway) CompressionOn() bool { return c.Compression == "on" }

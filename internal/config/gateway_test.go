@@ -33,6 +33,7 @@ var contractDefaults = map[string]string{
 	"WSGATE_AUTH_INSECURE":         "false",
 	"WSGATE_ALLOW_QUERY_TOKEN":     "true",
 	"WSGATE_ALLOWED_ORIGINS":       "",
+	"WSGATE_TRANSPORTS":            "ws,sse,stream",
 	"WSGATE_MAX_MESSAGE_BYTES":     "65536",
 	"WSGATE_MAX_CONNS_PER_IP":      "0",
 	"WSGATE_MAX_CONNS_PER_USER":    "0",
@@ -80,7 +81,7 @@ func TestGatewayDefaults(t *testing.T) {
 	}
 	want := Gateway{
 		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{}, Events: []string{},
-		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, MaxRoomsPerUser: 1000, DevicePolicy: "multi", Compression: "on", TLSOwnRecords: "on",
+		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, MaxRoomsPerUser: 1000, DevicePolicy: "multi", Compression: "on", Transports: []string{"ws", "sse", "stream"}, TLSOwnRecords: "on",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
 		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
 		DrainRate: 500, HeartbeatInterval: 2 * time.Second, LogLevel: "info",

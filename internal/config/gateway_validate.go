@@ -88,6 +88,11 @@ func (c *Gateway) Validate() error {
 	v.rate("drain-rate", c.DrainRate)
 	v.notNegativeDur("warmup", c.Warmup)
 	c.checkEvents(&v)
+	for _, tp := range c.Transports {
+		if !slices.Contains(TransportNames, tp) {
+			v.failf("%s entry %q is not a transport (want %s)", EnvName("transports"), tp, strings.Join(TransportNames, ", "))
+		}
+	}
 
 	v.bothOrNeither("tls-cert-file", c.TLSCertFile, "tls-key-file", c.TLSKeyFile)
 	v.file("tls-cert-file", c.TLSCertFile)

@@ -357,7 +357,7 @@ func (h *hsConn) consumeLocked(data []byte) (rest []byte, finished bool) {
 // else goes to net/http. req and rest may be the loop's buffer.
 func (h *hsConn) finishLocked(req, rest []byte) {
 	h.markDoneLocked()
-	if !isWSRequestLine(req) {
+	if !isWSRequestLine(req) || !h.a.n.cfg.TransportOn("ws") {
 		h.handOffLocked(append(append([]byte(nil), req...), rest...))
 		return
 	}
@@ -439,7 +439,7 @@ func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsState, a admission
 		n.refuseTaken(fd, tok, tr, f)
 		return
 	}
-	c := n.newConn(&a, fd, nil)
+	c := n.newConn(&a, fd, nil, tpWS)
 	c.token, c.tr = tok, tr
 	c.outq = [][]byte{resp}
 	c.preamble = true

@@ -16,11 +16,13 @@ import (
 // re-encodes nor parses the payload for JSON connections.
 const (
 	kindMessage    = "m"
-	kindMessages   = "mb"    // several messages for this node (a batch publish): records follow
-	kindKick       = "kick"  // close the user's connections (disconnect API, single device policy)
-	kindMembership = "room"  // the user joined or left a room
-	kindDrain      = "drain" // this node must drain
-	kindDone       = "done"  // answer to a request (kick or drain with a request id)
+	kindMessages   = "mb"     // several messages for this node (a batch publish): records follow
+	kindKick       = "kick"   // close the user's connections (disconnect API, single device policy)
+	kindMembership = "room"   // the user joined or left a room
+	kindDrain      = "drain"  // this node must drain
+	kindDone       = "done"   // answer to a request (kick or drain with a request id)
+	kindPost       = "post"   // client frames posted to an HTTP stream connection of this node (connpost.go)
+	kindPosted     = "posted" // the answer to a kindPost: Code is the HTTP status
 )
 
 // busReliableRoom is the bus target type of a reliable room message (the
@@ -93,6 +95,11 @@ type envelope struct {
 
 	// TP is the W3C traceparent of a traced message (kindMessage).
 	TP string `json:"tp,omitempty"`
+
+	// Session is the mac of a post's session (kindPost); Taken, the frames
+	// a post's owner took (kindPosted).
+	Session string `json:"ss,omitempty"`
+	Taken   int    `json:"n,omitempty"`
 }
 
 func encodeEnvelope(e envelope, body []byte) []byte {
@@ -268,6 +275,10 @@ func (n *Node) onBus(payload []byte) {
 		n.draining.Store(true) // new handshakes refused from now on
 		n.goFunc(func() { n.Drain("api") })
 		n.answer(e)
+	case kindPost:
+		n.onPost(e, body)
+	case kindPosted:
+		n.onPosted(e, body)
 	case kindDone:
 		n.asks.end(e.Req)
 	default:
@@ -370,7 +381,7 @@ func busKindName(k string) string {
 	switch k {
 	case kindMessage, kindMessages:
 		return "message"
-	case kindKick, kindMembership, kindDrain, kindDone:
+	case kindKick, kindMembership, kindDrain, kindDone, kindPost, kindPosted:
 		return k
 	}
 	return "unknown"

@@ -13,7 +13,6 @@ import (
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
-	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -63,7 +62,8 @@ type conn struct {
 	format   protocol.Format
 	deflate  bool  // permessage-deflate negotiated (deflate.go); no state beyond this bit
 	running  bool  // an inbound goroutine is processing inq
-	preamble bool  // outq[0] is the 101 answer, not sent yet (own accept path)
+	preamble bool  // outq[0] is the 101 answer, not sent yet (own accept path), or a stream's 200
+	tp       uint8 // transport: tpWS, tpSSE, tpStream (stream.go); set before the connection is shared
 	warned   bool  // the expiring frame of the current exp was queued
 	hubIdx   int32 // place in hub.list; under hub.mu
 
@@ -413,6 +413,9 @@ func (c *conn) writeOutLocked() {
 		if len(c.outq) == 0 {
 			return
 		}
+		if c.tp != tpWS {
+			c.wroteStreamLocked()
+		}
 		bufs := c.outq
 		if len(bufs) > maxIovecs {
 			bufs = bufs[:maxIovecs]
@@ -505,7 +508,7 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 	c.state = stClosing
 	c.closingSince = time.Now().Unix()
 	c.n.metrics.Closes.WithLabelValues(closeLabel(code)).Inc()
-	c.outq = append(c.outq, wsframe.CloseFrame(code, reason))
+	c.outq = append(c.outq, c.closeFrame(code, reason))
 	c.dropHeldLocked()
 	c.wakeCatchUpLocked()
 	if code == protocol.CloseSlowConsumer && !wasResuming {

@@ -80,6 +80,9 @@ type zframe struct {
 // frameFor returns the frame of d for c: compressed for a deflate
 // connection when the payload is large enough, plain otherwise.
 func (d *delivery) frameFor(c *conn) []byte {
+	if c.tp != tpWS {
+		return d.streamFrame(c.tp)
+	}
 	fr := d.frame(c.format)
 	if !c.deflate || fr == nil {
 		return fr

@@ -28,6 +28,10 @@ type delivery struct {
 	bin      []byte
 	ztext    zframe // compressed variants, for deflate connections (deflate.go)
 	zbin     zframe
+	sseOnce  sync.Once // the frames of the HTTP transports (stream.go)
+	sse      []byte
+	ndOnce   sync.Once
+	nd       []byte
 }
 
 func newDelivery(msgJSON []byte, cl class, seq, pubAt int64) *delivery {
@@ -353,6 +357,9 @@ func (c *conn) roomLocked() bool {
 func (c *conn) queueReliableLocked(s *stream, d *delivery) {
 	*c.posLocked(s) = d.seq
 	fr := d.frameFor(c)
+	if c.tp == tpSSE {
+		fr = c.reliableFrameLocked(d.msgJSON)
+	}
 	if fr == nil {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
 		return
@@ -669,6 +676,9 @@ func (c *conn) queueStoredLocked(s *stream, m cluster.InboxMessage) {
 		return
 	}
 	fr := c.dataFrame(b)
+	if c.tp == tpSSE {
+		fr = c.reliableFrameLocked(b)
+	}
 	c.outq = append(c.outq, fr)
 	c.n.metrics.Delivered.Inc()
 }

@@ -332,10 +332,10 @@ func (n *Node) connLimit() cluster.ConnLimit {
 }
 
 // newConn is the connection of an admitted handshake (not yet in the hub).
-func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
+func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO, tp uint8) *conn {
 	now := time.Now()
 	c := &conn{
-		n: n, fd: fd, tlsc: tlsc, format: a.format, deflate: a.deflate, idSeq: n.idSeq.Add(1), user: a.claims.Subject,
+		n: n, fd: fd, tlsc: tlsc, tp: tp, format: a.format, deflate: a.deflate, idSeq: n.idSeq.Add(1), user: a.claims.Subject,
 		connectedAt: now.UnixMilli(), lastRead: now.Unix(),
 		nextPing: now.Add(n.cfg.PingInterval).Unix(),
 	}
@@ -347,7 +347,7 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO) *conn {
 	if len(a.claims.Info) > 0 { // for presence (the route) and the connect record
 		c.extra().info = a.claims.Info
 	}
-	n.metrics.ConnectionsTotal.Inc()
+	n.metrics.ConnectionsTotal.WithLabelValues(tpNames[tp]).Inc()
 	n.accepted.Add(1)
 	return c
 }
@@ -412,7 +412,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.log.Error("cannot take the socket into the event loop", "err", err)
 		return
 	}
-	n.establish(n.newConn(&a, fd, tlsc), a.ip, a.since, a.hasSince, a.roomSince, initial)
+	n.establish(n.newConn(&a, fd, tlsc, tpWS), a.ip, a.since, a.hasSince, a.roomSince, initial)
 }
 
 // authenticate verifies the token (or, in insecure mode, takes ?user=).
@@ -544,10 +544,14 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 		return
 	}
 
-	welcome, _ := protocol.Encode(c.format, protocol.Welcome{
+	w := protocol.Welcome{
 		Type: protocol.TypeWelcome, ConnID: c.connID(), Node: n.cfg.NodeID, User: c.user,
 		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq, Device: c.deviceName(), Rooms: rooms.seqs,
-	})
+	}
+	if c.tp != tpWS {
+		w.Session, w.Transport = n.session(c.connID()), tpNames[c.tp]
+	}
+	welcome, _ := protocol.Encode(c.format, w)
 	c.mu.Lock()
 	if c.state != stResuming {
 		c.mu.Unlock()

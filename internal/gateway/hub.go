@@ -11,12 +11,17 @@ import (
 // here, loaded when a user's first connection arrives and updated by
 // membership events.
 type hub struct {
-	node  *Node
-	mu    sync.RWMutex
-	n     int     // connections
-	list  []*conn // every connection (conn.hubIdx is its place): all() is a copy, not a walk of users
-	users map[string]*localUser
-	rooms map[string]*localRoom
+	node *Node
+	mu   sync.RWMutex
+	n    int // connections
+	byTP [len(tpNames)]int
+	// streams indexes the HTTP stream connections by their id's counter,
+	// for the frames posted to them (connpost.go); WebSocket connections
+	// are not in it.
+	streams map[uint64]*conn
+	list    []*conn // every connection (conn.hubIdx is its place): all() is a copy, not a walk of users
+	users   map[string]*localUser
+	rooms   map[string]*localRoom
 	// changing counts, per user, the membership changes this node has in
 	// flight (changeMembership): the backend may have them before the
 	// index does.
@@ -37,7 +42,7 @@ type localRoom struct {
 }
 
 func newHub(n *Node) *hub {
-	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]*localRoom{}, changing: map[string]int{}}
+	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]*localRoom{}, changing: map[string]int{}, streams: map[uint64]*conn{}}
 }
 
 // add indexes c; first is true when it is its user's first local connection.
@@ -45,6 +50,10 @@ func (h *hub) add(c *conn) (first bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.n++
+	h.byTP[c.tp]++
+	if c.tp != tpWS {
+		h.streams[c.idSeq] = c
+	}
 	u := h.users[c.user]
 	if u == nil {
 		u = &localUser{id: c.user}
@@ -54,7 +63,7 @@ func (h *hub) add(c *conn) (first bool) {
 	u.conns = append(u.conns, c)
 	c.hubIdx = int32(len(h.list))
 	h.list = append(h.list, c)
-	h.node.metrics.Connections.Set(float64(h.n))
+	h.node.metrics.Connections.WithLabelValues(tpNames[c.tp]).Set(float64(h.byTP[c.tp]))
 	return first
 }
 
@@ -78,7 +87,11 @@ func (h *hub) remove(c *conn) (emptied []string, found bool) {
 	h.list[last] = nil
 	h.list = h.list[:last]
 	h.n--
-	h.node.metrics.Connections.Set(float64(h.n))
+	h.byTP[c.tp]--
+	if c.tp != tpWS {
+		delete(h.streams, c.idSeq)
+	}
+	h.node.metrics.Connections.WithLabelValues(tpNames[c.tp]).Set(float64(h.byTP[c.tp]))
 	if len(u.conns) > 0 {
 		return nil, true
 	}
@@ -298,4 +311,11 @@ func (h *hub) joinIfUnchanged(s memberSnap, room string) (added, ok bool) {
 		return false, false
 	}
 	return h.joinLocked(s.u, room), true
+}
+
+// stream returns the HTTP stream connection whose id counter is seq.
+func (h *hub) stream(seq uint64) *conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.streams[seq]
 }

@@ -101,6 +101,12 @@ type Node struct {
 
 	asks askTable // requests to other nodes waiting for their answer
 
+	// HTTP stream connections (stream.go, connpost.go).
+	sessionKey [32]byte       // signs the sessions of this node's connections
+	postMu     [64]sync.Mutex // frames posted to one connection are taken one request at a time (by id stripe)
+	posts      postTable      // posts forwarded to other nodes, waiting for the owner's answer
+	seen       postSeen       // answers to forwarded posts, for a request sent again
+
 	events   *events       // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
 	sink     upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
 	hc       *http.Client  // rpc calls and the webhook sink
@@ -216,6 +222,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	var b [4]byte
 	rand.Read(b[:])
 	n.idPrefix = hex.EncodeToString(b[:])
+	n.sessionKey = newSessionKey()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.hsCtx, n.hsCancel = context.WithCancel(n.ctx)
 	if len(cfg.Events) > 0 {

@@ -65,6 +65,11 @@ func (c *conn) feed(b []byte) {
 // consume parses every complete frame in data (plus what was left from
 // before). It returns false once the connection is finished.
 func (c *conn) consume(data []byte) bool {
+	if c.tp != tpWS {
+		// An HTTP stream's client sends its frames by POST; bytes on the
+		// stream's own connection mean nothing.
+		return true
+	}
 	was := c.holdsPartial()
 	defer func() { c.accountPartial(was) }()
 	if len(c.rbuf) > 0 {
@@ -226,20 +231,29 @@ func (c *conn) onFrame(h wsframe.Header, payload []byte) bool {
 
 // onMessage handles one whole client message (payload valid only now).
 func (c *conn) onMessage(op byte, payload []byte) bool {
+	more, _ := c.onClientMessage(op, payload)
+	return more
+}
+
+// onClientMessage handles one whole client message: from the socket's
+// reader, or posted to an HTTP stream connection (connpost.go), one at a
+// time. more is false once the connection is finished; limited is true
+// when the frame was refused for the message rate.
+func (c *conn) onClientMessage(op byte, payload []byte) (more, limited bool) {
 	c.mu.Lock()
 	closing := c.state >= stClosing
 	c.mu.Unlock()
 	if closing {
-		return true // only the peer's close frame matters now
+		return true, false // only the peer's close frame matters now
 	}
 	if op == wsframe.OpBinary && c.format == protocol.JSON {
 		c.n.metrics.ClientFrames.WithLabelValues("invalid").Inc()
 		c.close(protocol.ClosePolicy, "binary frame on a JSON connection")
-		return false
+		return false, false
 	}
 	if op == wsframe.OpText && !utf8.Valid(payload) {
 		c.close(1007, "invalid UTF-8")
-		return false
+		return false, false
 	}
 	if rate := c.n.cfg.MessageRate; rate > 0 {
 		now := time.Now()
@@ -250,12 +264,12 @@ func (c *conn) onMessage(op byte, payload []byte) bool {
 		c.rateCount++
 		if float64(c.rateCount) > 2*rate {
 			c.close(protocol.CloseRateLimited, "message rate exceeded")
-			return false
+			return false, true
 		}
 		if !c.rate.Take(rate, now.UnixNano()) {
 			c.n.metrics.Dropped.WithLabelValues(metrics.DropRateLimited).Inc()
 			c.sendError(protocol.ErrRateLimited, "message rate exceeded; frame dropped")
-			return true
+			return true, true
 		}
 	}
 	f := protocol.JSON
@@ -269,7 +283,7 @@ func (c *conn) onMessage(op byte, payload []byte) bool {
 		if de, ok := err.(*protocol.DecodeError); ok {
 			code = de.Code
 		}
-		return c.refuse(code, err.Error())
+		return c.refuse(code, err.Error()), false
 	}
 	c.n.metrics.ClientFrames.WithLabelValues(cf.Type).Inc()
 	c.mu.Lock()
@@ -277,13 +291,13 @@ func (c *conn) onMessage(op byte, payload []byte) bool {
 	if cf.Type == protocol.TypePing && idle && c.state == stOpen {
 		c.mu.Unlock()
 		c.send(c.pongFrame(cf))
-		return true
+		return true, false
 	}
 	x := c.extra()
 	if len(x.inq) >= 64 {
 		c.mu.Unlock()
 		c.sendError(protocol.ErrRateLimited, "too many frames waiting; frame dropped")
-		return true
+		return true, true
 	}
 	x.inq = append(x.inq, cf)
 	if !c.running {
@@ -291,7 +305,7 @@ func (c *conn) onMessage(op byte, payload []byte) bool {
 		go c.runInbound()
 	}
 	c.mu.Unlock()
-	return true
+	return true, false
 }
 
 // refuse answers a refused frame with an error frame and closes the
@@ -320,6 +334,9 @@ func (c *conn) sendError(code, msg string) {
 // dataFrame wraps an encoded object in a text (JSON) or binary frame,
 // compressed on a deflate connection when it is large enough.
 func (c *conn) dataFrame(b []byte) []byte {
+	if c.tp != tpWS {
+		return c.streamFrame(b, "")
+	}
 	op := byte(wsframe.OpText)
 	if c.format == protocol.MsgPack {
 		op = wsframe.OpBinary

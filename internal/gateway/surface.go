@@ -38,8 +38,21 @@ func (n *Node) routes() (public, admin *http.ServeMux) {
 
 // clientRoutes are the paths of both layouts that clients use.
 func (n *Node) clientRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /ws", n.serveWS)
-	mux.HandleFunc("/ws", n.serveWS) // other methods: 400 from the upgrade check
+	if n.cfg.TransportOn("ws") {
+		mux.HandleFunc("GET /ws", n.serveWS)
+		mux.HandleFunc("/ws", n.serveWS) // other methods: 400 from the upgrade check
+	}
+	if n.cfg.TransportOn("sse") {
+		mux.HandleFunc("GET /sse", n.serveSSE)
+	}
+	if n.cfg.TransportOn("stream") {
+		mux.HandleFunc("POST /stream", n.serveNDJSON)
+		mux.HandleFunc("OPTIONS /stream", n.streamPreflight)
+	}
+	if n.cfg.TransportOn("sse") || n.cfg.TransportOn("stream") {
+		mux.HandleFunc("POST /v1/conn/{conn_id}", n.serveConnPost)
+		mux.HandleFunc("OPTIONS /v1/conn/{conn_id}", n.streamPreflight)
+	}
 	mux.HandleFunc("GET /healthz", n.serveHealth)
 	mux.HandleFunc("GET /readyz", n.serveReady)
 	n.allocateRoutes(mux)

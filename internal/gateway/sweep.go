@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/metrics"
-	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -35,6 +34,7 @@ func (n *Node) sweepLoop() {
 			a.expire(now)
 		}
 		n.expirePartial(now)
+		n.expirePosts(now)
 		for _, c := range n.hub.all() {
 			n.sweepOne(c, now, interval, pongTimeout)
 		}
@@ -80,7 +80,9 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 		c.closeLocked(protocol.CloseSlowConsumer)
 		return
 	}
-	if now-c.lastRead > pongTimeout {
+	if now-c.lastRead > pongTimeout && c.tp == tpWS {
+		// (An HTTP stream's client sends nothing on it: its socket has
+		// TCP_USER_TIMEOUT instead, see serveHTTPStream.)
 		c.closeWithReasonLocked(protocol.CloseGoingAway, "no pong within the pong timeout")
 		return
 	}
@@ -95,7 +97,7 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 	if now >= c.nextPing {
 		c.nextPing = now + interval
 		if len(c.outq) < c.n.cfg.SendQueue {
-			c.outq = append(c.outq, wsframe.PingFrame)
+			c.outq = append(c.outq, c.pingFrameLocked())
 			c.kickLocked()
 		}
 	}

@@ -77,6 +77,9 @@ func (c *conn) tlsWriter() {
 			}
 			bufs, marks := c.outq, c.lat
 			c.outq, c.lat = nil, nil
+			if c.tp != tpWS && len(bufs) > 0 {
+				c.wroteStreamLocked()
+			}
 			c.wakeCatchUpLocked()
 			if len(bufs) == 0 {
 				c.writing = false

@@ -202,7 +202,7 @@ func (n *Node) tlsHandshake(s *hsSock) {
 		s.Close() // gone, or too slow
 		return
 	}
-	if !isWSRequestLine(req) || s.odd {
+	if !isWSRequestLine(req) || s.odd || !n.cfg.TransportOn("ws") {
 		// s.odd: a KeyUpdate or a ChangeCipherSpec came before the
 		// request ended. crypto/tls has moved its keys (and may have
 		// sent a KeyUpdate of its own, under keys the key log never

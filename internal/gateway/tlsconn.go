@@ -161,6 +161,11 @@ func (c *conn) putScratch(sp *[]byte, b []byte) {
 // writeRawLocked writes a short answer straight to the socket (a refusal
 // before the 101 left), sealed when the connection is TLS.
 func (c *conn) writeRawLocked(b []byte) {
+	if c.tlsc != nil { // an HTTP stream on crypto/tls, refused before its writer started
+		_ = c.tlsc.c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.tlsc.c.Write(b)
+		return
+	}
 	if c.tr != nil {
 		b = c.tr.out.seal(nil, recordAppData, b)
 	}

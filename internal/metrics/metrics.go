@@ -16,8 +16,8 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Connections       prometheus.Gauge
-	ConnectionsTotal  prometheus.Counter
+	Connections       *prometheus.GaugeVec   // by transport: ws, sse, stream
+	ConnectionsTotal  *prometheus.CounterVec // by transport
 	HandshakeRejected *prometheus.CounterVec // reason
 	Published         *prometheus.CounterVec // target
 	Delivered         prometheus.Counter
@@ -79,8 +79,12 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := func(c prometheus.Collector) { r.MustRegister(c) }
 	m := &Metrics{Registry: r}
-	m.Connections = prometheus.NewGauge(prometheus.GaugeOpts{Name: "wsgate_connections", Help: "Open WebSocket connections on this node."})
-	m.ConnectionsTotal = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_connections_total", Help: "WebSocket connections accepted (upgraded) since start."})
+	m.Connections = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "wsgate_connections", Help: "Open client connections on this node, by transport (ws, sse, stream)."}, []string{"transport"})
+	m.ConnectionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_connections_total", Help: "Client connections accepted (upgraded, or streams opened) since start, by transport (ws, sse, stream)."}, []string{"transport"})
+	for _, tp := range []string{"ws", "sse", "stream"} {
+		m.Connections.WithLabelValues(tp)
+		m.ConnectionsTotal.WithLabelValues(tp)
+	}
 	m.HandshakeRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_handshake_rejected_total", Help: "Handshakes refused before the upgrade, by reason."}, []string{"reason"})
 	m.Published = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "wsgate_messages_published_total", Help: "Messages published through this node (API and client publish), by target type."}, []string{"target"})
 	m.Delivered = prometheus.NewCounter(prometheus.CounterOpts{Name: "wsgate_messages_delivered_total", Help: "Messages (pushed and replayed) queued to client sockets; control frames, replies and welcomes are not counted."})
