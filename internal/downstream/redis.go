@@ -161,6 +161,10 @@ func (s *redisSource) Run(ctx context.Context) {
 			return
 		}
 	}
+	// This consumer's pending entries from before (a restart after a
+	// crash) first: once the reads below start, new entries join that
+	// list too.
+	s.ownPending(ctx, hctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { s.claimLoop(ctx, hctx) })
 	bg.Go(func() { s.refreshLoop(ctx) })

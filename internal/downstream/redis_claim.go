@@ -149,11 +149,8 @@ func (s *redisSource) ordered(ctx context.Context, e entry) {
 // claimTick is how often a node looks for entries to claim.
 var claimTick = time.Second
 
-// claimLoop handles the node's own pending entries (left by a crash of a
-// process with the same node id), then, every claimTick, claims and
-// handles the entries idle for claim_idle in other consumers' hands.
+// claimLoop, every claimTick, claims and handles the entries idle for claim_idle in other consumers' hands.
 func (s *redisSource) claimLoop(ctx, hctx context.Context) {
-	s.ownPending(ctx, hctx)
 	t := time.NewTicker(min(claimTick, s.opts.claimIdle/2))
 	defer t.Stop()
 	for {
@@ -190,12 +187,13 @@ func (s *redisSource) claimLoop(ctx, hctx context.Context) {
 }
 
 // ownPending handles the entries this consumer had read and not
-// acknowledged before (a restart with the same node id).
+// acknowledged before (a restart with the same node id). Run calls it
+// before it reads new entries.
 func (s *redisSource) ownPending(ctx, hctx context.Context) {
 	start, n := "0", 0
 	for try := 0; ctx.Err() == nil; {
 		res, err := s.c.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: s.opts.group, Consumer: s.consumer, Streams: []string{s.opts.stream, start}, Count: 100,
+			Group: s.opts.group, Consumer: s.consumer, Streams: []string{s.opts.stream, start}, Count: 100, Block: -1,
 		}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if !sleep(ctx, backoff(try)) {
