@@ -161,14 +161,14 @@ func (s *redisSource) Run(ctx context.Context) {
 			return
 		}
 	}
-	// This consumer's pending entries from before (a restart after a
-	// crash) first: once the reads below start, new entries join that
-	// list too.
-	s.ownPending(ctx, hctx)
 	var bg sync.WaitGroup
 	bg.Go(func() { s.claimLoop(ctx, hctx) })
 	bg.Go(func() { s.refreshLoop(ctx) })
 	bg.Go(func() { s.lagLoop(ctx) })
+	// This consumer's pending entries from before (a restart after a
+	// crash) before any new read: once reads start, new entries join
+	// that list too.
+	s.ownPending(ctx, hctx)
 	s.readLoop(ctx, hctx)
 	bg.Wait()
 }

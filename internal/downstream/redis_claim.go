@@ -102,7 +102,10 @@ func (s *redisSource) targetsOfPending(ctx context.Context, pend []redis.XPendin
 }
 
 // awaitGuard waits until none of the guard's entries (sorted) is pending
-// any more; false when ctx ended first.
+// any more; false when ctx ended first. A guard entry idle for claim_idle
+// in another consumer's hands (a dead node's) is claimed and handled here
+// first, so that no wait depends on the claim loop, which may itself be
+// waiting for older entries.
 func (s *redisSource) awaitGuard(ctx context.Context, guard []string) bool {
 	for try := 0; len(guard) > 0; try++ {
 		if ctx.Err() != nil {
@@ -112,19 +115,29 @@ func (s *redisSource) awaitGuard(ctx context.Context, guard []string) bool {
 		pend, err := s.c.XPendingExt(cctx, &redis.XPendingExtArgs{Stream: s.opts.stream, Group: s.opts.group, Start: guard[0], End: guard[len(guard)-1], Count: guardScan}).Result()
 		cancel()
 		if err == nil {
-			still := make(map[string]bool, len(pend))
+			still := make(map[string]redis.XPendingExt, len(pend))
 			for _, p := range pend {
-				still[p.ID] = true
+				still[p.ID] = p
 			}
 			kept := guard[:0]
+			var stale []string
 			for _, id := range guard {
-				if still[id] {
-					kept = append(kept, id)
+				p, ok := still[id]
+				if !ok {
+					continue
+				}
+				kept = append(kept, id)
+				if p.Consumer != s.consumer && p.Idle >= s.opts.claimIdle && !s.holds(id) {
+					stale = append(stale, id)
 				}
 			}
 			guard = kept
 			if len(guard) == 0 {
 				return true
+			}
+			if len(stale) > 0 {
+				s.claimAndHandle(ctx, stale)
+				continue
 			}
 		}
 		if !sleep(ctx, min(5*time.Millisecond<<min(try, 6), 200*time.Millisecond)) {
@@ -132,6 +145,22 @@ func (s *redisSource) awaitGuard(ctx context.Context, guard []string) bool {
 		}
 	}
 	return true
+}
+
+// claimAndHandle claims entries idle for claim_idle (XCLAIM: only one
+// node wins each) and handles those it got, oldest first.
+func (s *redisSource) claimAndHandle(ctx context.Context, ids []string) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	msgs, err := s.c.XClaim(cctx, &redis.XClaimArgs{Stream: s.opts.stream, Group: s.opts.group, Consumer: s.consumer, MinIdle: s.opts.claimIdle, Messages: ids}).Result()
+	cancel()
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		if !s.holds(m.ID) {
+			s.ordered(ctx, toEntry(m))
+		}
+	}
 }
 
 // ordered handles one entry outside the lanes, after every older pending
@@ -206,8 +235,11 @@ func (s *redisSource) ownPending(ctx, hctx context.Context) {
 			break
 		}
 		for _, m := range res[0].Messages {
-			s.ordered(hctx, toEntry(m))
 			start = m.ID
+			if s.holds(m.ID) {
+				continue // claimed meanwhile by a guard's wait
+			}
+			s.ordered(hctx, toEntry(m))
 			n++
 		}
 	}
