@@ -120,6 +120,14 @@ func (c *core) acquire(ctx context.Context) bool {
 	}
 }
 
+// take takes a slot the caller knows is free (free() said so, and only
+// the reader takes slots).
+func (c *core) take() {
+	c.slots <- struct{}{}
+	c.inFlight.Inc()
+	c.inHand.Add(1)
+}
+
 // release gives a slot back (once per acquire).
 func (c *core) release() {
 	<-c.slots
@@ -153,6 +161,9 @@ func (c *core) dispatch(targets []string, f func()) {
 // false when ctx ended first (the record stays unacknowledged).
 func (c *core) handle(ctx context.Context, r Record) (Outcome, bool) {
 	for try := 0; ; try++ {
+		if ctx.Err() != nil {
+			return Outcome{}, false // stopping: the record comes again
+		}
 		o := c.opt.Handler(ctx, r)
 		if !o.Retry {
 			return o, true

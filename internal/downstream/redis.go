@@ -217,7 +217,7 @@ func (s *redisSource) readLoop(ctx, hctx context.Context) {
 		for i, m := range msgs {
 			entries[i] = toEntry(m)
 			if i > 0 {
-				s.acquire(ctx) // free() said there was room: no wait
+				s.take() // free() said there was room
 			}
 			s.hold(entries[i].id)
 		}

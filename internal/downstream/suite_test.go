@@ -26,6 +26,10 @@ type sourceHarness struct {
 	// pending is how many records were delivered to a node and not
 	// acknowledged (-1: the source does not tell).
 	pending func(t *testing.T) int
+	// weakOrder: per-target order holds within a node and without
+	// redeliveries only (JetStream): the order test runs one consumer and
+	// the crash test checks exactly once without the order.
+	weakOrder bool
 }
 
 // startSource opens the harness's source as node and runs it until the
@@ -70,7 +74,11 @@ func runSourceSuite(t *testing.T, newHarness func(t *testing.T) *sourceHarness) 
 		// Work of a few hundred microseconds per record, so that the
 		// nodes' records interleave.
 		g.afterStore = func(context.Context, string, Record) { time.Sleep(time.Duration(rand.IntN(400)) * time.Microsecond) }
-		for _, n := range []string{"n1", "n2", "n3"} {
+		names := []string{"n1", "n2", "n3"}
+		if h.weakOrder {
+			names = names[:1]
+		}
+		for _, n := range names {
 			startSource(t, h, n, Options{Handler: g.handler(n), InFlight: 32})
 		}
 		const users, perUser = 6, 100
@@ -197,7 +205,9 @@ func runSourceSuite(t *testing.T, newHarness func(t *testing.T) *sourceHarness) 
 		await(t, 60*time.Second, "the records come again and are acknowledged", func() (bool, string) {
 			return g.storedCount() == 20 && h.pending(t) <= 0, g.String()
 		})
-		g.checkOrder(t, 20)
+		if !h.weakOrder {
+			g.checkOrder(t, 20)
+		}
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		var key string
