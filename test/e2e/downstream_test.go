@@ -271,3 +271,57 @@ func TestDownstreamRedisCrashBetweenPublishAndAck(t *testing.T) {
 	t.Logf("%d records (%d bad) for %d users: each delivered once, in order; dead letters %d; published per node since its restart %v",
 		total, len(l.bad), len(users), len(dead), per)
 }
+
+// TestDownstreamRedisTakeover measures the takeover of a dead node's
+// records with the contract's 30 s: d1 holds its in-flight bound of
+// published, unacknowledged records (XACK denied) when it is SIGKILLed;
+// d2, started after, claims them once idle for 30 s and acknowledges
+// everything.
+func TestDownstreamRedisTakeover(t *testing.T) {
+	backend := redistest.Standalone(t, redistest.Options{})
+	src := redistest.Standalone(t, redistest.Options{})
+	const stream = "takeover"
+	acl(t, src.Client(), "on", ">gw-password", "~*", "&*", "+@all")
+	c := newCluster(t, backend.URL(), map[string]string{
+		"WSGATE_DOWNSTREAM_URL":       "redis://gw:gw-password@" + src.Addr() + "/0?stream=" + stream,
+		"WSGATE_DOWNSTREAM_IN_FLIGHT": "16",
+	})
+	d1 := c.startNode("d1", nil)
+	acl(t, src.Client(), "-xack")
+	users := []string{"tk-a", "tk-b", "tk-c", "tk-d"}
+	l := &dsLedger{jobs: map[string][]int{}, bad: map[string]bool{}}
+	produceRecords(t, src.Client(), stream, users, 40, 0, l)
+	ctx := context.Background()
+	consumerPending := func(name string) int64 {
+		ps, err := src.Client().XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: "wsgate", Start: "-", End: "+", Count: 1000, Consumer: name}).Result()
+		if err != nil {
+			return -1
+		}
+		return int64(len(ps))
+	}
+	eventually(t, 30*time.Second, "d1 holding its in-flight bound", func() (bool, string) {
+		n := consumerPending("d1")
+		return n == 16, fmt.Sprintf("d1 holds %d", n)
+	})
+	d1.Kill()
+	killed := time.Now()
+	acl(t, src.Client(), "+xack")
+	d2 := c.startNode("d2", nil)
+	eventually(t, 60*time.Second, "d1's records claimed and handled", func() (bool, string) {
+		n := consumerPending("d1")
+		return n == 0, fmt.Sprintf("d1 still holds %d", n)
+	})
+	took := time.Since(killed)
+	eventually(t, 30*time.Second, "every record acknowledged", func() (bool, string) {
+		lag, pending, err := groupState(src.Client(), stream)
+		return err == nil && lag == 0 && pending == 0, fmt.Sprintf("lag %d pending %d %v", lag, pending, err)
+	})
+	pub := d2.metric(t, `wsgate_downstream_records_total{result="published",source="redis:takeover"}`)
+	t.Logf("d1's 16 records taken over %.1fs after its SIGKILL (claim idle 30 s); d2 published %v of the 40 records", took.Seconds(), pub)
+	if took > 33*time.Second {
+		t.Errorf("takeover took %s, want about 30 s", took)
+	}
+	if pub != 40 {
+		t.Errorf("d2 published %v records, want all 40 (d1's were published again, once: their keys)", pub)
+	}
+}
