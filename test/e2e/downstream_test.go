@@ -8,7 +8,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +33,7 @@ type dsLedger struct {
 // goes to user j % len(users), reliable; every badEvery-th record is
 // not JSON. It returns when all are written.
 func produceRecords(t *testing.T, c *redis.Client, stream string, users []string, total, badEvery int, l *dsLedger) {
+	t.Helper()
 	ctx := context.Background()
 	for start := 0; start < total; start += 50 {
 		pipe := c.Pipeline()
@@ -121,7 +124,11 @@ func groupState(c *redis.Client, stream string) (lag, pending int64, err error) 
 }
 
 // TestDownstreamRedisCrashBetweenPublishAndAck: a producer floods the
-// stream; XACK is denied to the gateways so that what they publish stays
+// stream (3000 records for 20 users; WSGATE_DS_RECORDS and
+// WSGATE_DS_USERS change them); later the
+// cluster's Redis is paused until the nodes retry records answered
+// unavailable. Before that, the
+// XACK is denied to the gateways so that what they publish stays
 // pending, and once records that reached their users are pending, every
 // node is SIGKILLed (the test requires such records: the window between
 // publish and acknowledgement was hit). Two nodes
@@ -142,9 +149,13 @@ func TestDownstreamRedisCrashBetweenPublishAndAck(t *testing.T) {
 	nodes := c.startNodes("d", 3, nil)
 	var live liveSet
 	live.setLive(nodes...)
+	nUsers := 20
+	if v, err := strconv.Atoi(os.Getenv("WSGATE_DS_USERS")); err == nil && v > 0 {
+		nUsers = v
+	}
 	var users []string
-	for i := range 20 {
-		users = append(users, fmt.Sprintf("ds-%02d", i))
+	for i := range nUsers {
+		users = append(users, fmt.Sprintf("ds-%03d", i))
 	}
 	rec := newRecorder()
 	var clients []*rawClient
@@ -153,7 +164,10 @@ func TestDownstreamRedisCrashBetweenPublishAndAck(t *testing.T) {
 	}
 	waitConnected(t, 30*time.Second, clients)
 
-	const total, badEvery = 3000, 97
+	total, badEvery := 3000, 97
+	if v, err := strconv.Atoi(os.Getenv("WSGATE_DS_RECORDS")); err == nil && v > 0 {
+		total = v // the long campaign: WSGATE_DS_RECORDS=20000
+	}
 	l := &dsLedger{jobs: map[string][]int{}, bad: map[string]bool{}}
 	produced := make(chan struct{})
 	go func() {
@@ -206,6 +220,25 @@ func TestDownstreamRedisCrashBetweenPublishAndAck(t *testing.T) {
 	nodes[0].Restart(t)
 	nodes[1].Restart(t)
 	live.setLive(nodes[0], nodes[1])
+
+	// The cluster's Redis stops answering (SIGSTOP) until the nodes have
+	// answered records unavailable: those are retried, not acknowledged.
+	retried := func() (sum float64) {
+		for _, g := range nodes[:2] {
+			if m, err := g.metrics(); err == nil {
+				sum += m[`wsgate_downstream_records_total{result="retried",source="redis:orders"}`]
+			}
+		}
+		return sum
+	}
+	before := retried()
+	backend.Pause()
+	eventually(t, 30*time.Second, "records answered unavailable while the cluster's Redis is stopped", func() (bool, string) {
+		n := retried()
+		return n >= before+2, fmt.Sprintf("retried %v, %v before", n, before)
+	})
+	backend.Resume()
+	t.Logf("records answered unavailable during the Redis pause, retried: %v", retried()-before)
 	<-produced
 	eventually(t, 90*time.Second, "every record handled and acknowledged", func() (bool, string) {
 		lag, pending, err := groupState(src.Client(), stream)
