@@ -134,11 +134,14 @@ func (s *kafkaSource) Run(ctx context.Context) {
 
 func (s *kafkaSource) readLoop(ctx, hctx context.Context) {
 	for ctx.Err() == nil {
+		// Wait for room, without holding it while polling: a revoke
+		// waits for the records in hand, and an idle poll is not one.
 		if !s.acquire(ctx) {
 			return
 		}
+		s.release()
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := s.cl.PollRecords(pctx, 1+s.free())
+		fs := s.cl.PollRecords(pctx, s.free())
 		cancel()
 		var recs []*kgo.Record
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
@@ -161,14 +164,8 @@ func (s *kafkaSource) readLoop(ctx, hctx context.Context) {
 				s.log.Warn("kafka fetch failed", "topic", t, "partition", p, "err", err)
 			}
 		})
-		if len(recs) == 0 {
-			s.release()
-			continue
-		}
-		for i, r := range recs {
-			if i > 0 {
-				s.take() // PollRecords returned at most free() + 1
-			}
+		for _, r := range recs {
+			s.take() // PollRecords returned at most free(), and only this loop takes
 			s.dispatch([]string{"partition\x00" + strconv.Itoa(int(r.Partition))}, func() {
 				defer s.release()
 				s.process(hctx, r)
