@@ -58,6 +58,7 @@ var contractDefaults = map[string]string{
 	"WSGATE_EVENTS":                "",
 	"WSGATE_UNDELIVERED_AFTER":     "0s",
 	"WSGATE_CONNECT_URL":           "",
+	"WSGATE_DOWNSTREAM_URL":        "", // v3, section 17
 }
 
 var ownDefaults = map[string]string{
@@ -66,6 +67,7 @@ var ownDefaults = map[string]string{
 	"WSGATE_TLS_KEY_FILE":         "",
 	"WSGATE_TLS_OWN_RECORDS":      "on",
 	"WSGATE_RELIABLE_REPLICAS":    "0",
+	"WSGATE_DOWNSTREAM_IN_FLIGHT": "256",
 	"WSGATE_HEARTBEAT_INTERVAL":   "2s",
 	"WSGATE_LOG_LEVEL":            "info",
 	"WSGATE_DEBUG_LISTEN":         "",
