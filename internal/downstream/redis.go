@@ -216,14 +216,17 @@ func (s *redisSource) readLoop(ctx, hctx context.Context) {
 		entries := make([]entry, len(msgs))
 		for i, m := range msgs {
 			entries[i] = toEntry(m)
-			if i > 0 {
-				s.take() // free() said there was room
-			}
 			s.hold(entries[i].id)
 		}
 		s.computeGuards(hctx, entries)
 		for i := range entries {
 			e := entries[i]
+			if i > 0 {
+				// free() said there was room. Taken here, not before: a
+				// record naming several targets waits for every record
+				// in hand, which must not include the ones behind it.
+				s.take()
+			}
 			s.dispatch(e.targets, func() {
 				defer s.release()
 				defer s.unhold(e.id)

@@ -221,6 +221,20 @@ func runSourceSuite(t *testing.T, newHarness func(t *testing.T) *sourceHarness) 
 		}
 	})
 
+	t.Run("RecordNamingSeveralTargets", func(t *testing.T) {
+		h := newHarness(t)
+		g := newFakeGateway()
+		startSource(t, h, "n1", Options{Handler: g.handler("n1")})
+		// A batch naming two users runs alone, between the records
+		// before and after it (the test handler dead-letters batches).
+		b := []byte(`{"messages":[` + string(body("u1", 100)) + `,` + string(body("u2", 101)) + `]}`)
+		h.produce(t, body("u1", 0), body("u2", 1), b, body("u1", 2), body("u2", 3))
+		await(t, 30*time.Second, "every record handled", func() (bool, string) {
+			return g.storedCount() == 4 && len(h.dead(t)) == 1 && h.pending(t) <= 0, g.String()
+		})
+		g.checkOrder(t, 4)
+	})
+
 	t.Run("BackpressureBoundsRecordsInHand", func(t *testing.T) {
 		h := newHarness(t)
 		g := newFakeGateway()
