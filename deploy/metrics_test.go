@@ -187,12 +187,25 @@ func declaredGatewayMetrics(t *testing.T) map[string]bool {
 	m := metrics.New()
 	out := map[string]bool{}
 	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
-	v := reflect.ValueOf(m).Elem()
-	for i := range v.NumField() {
-		c, ok := v.Field(i).Interface().(prometheus.Collector)
-		if !ok || v.Type().Field(i).Name == "Registry" {
-			continue
+	var collectors []prometheus.Collector
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) { // the struct and the groups embedded in it (Upstream, Downstream, ...)
+		for i := range v.NumField() {
+			f := v.Field(i)
+			if v.Type().Field(i).Name == "Registry" {
+				continue
+			}
+			if f.Kind() == reflect.Struct && v.Type().Field(i).Anonymous {
+				walk(f)
+				continue
+			}
+			if c, ok := f.Interface().(prometheus.Collector); ok {
+				collectors = append(collectors, c)
+			}
 		}
+	}
+	walk(reflect.ValueOf(m).Elem())
+	for _, c := range collectors {
 		ch := make(chan *prometheus.Desc, 16)
 		go func() { c.Describe(ch); close(ch) }()
 		for d := range ch {

@@ -51,6 +51,10 @@ type Gateway struct {
 	UpstreamSecret string // HMAC-SHA256 key of webhook and rpc bodies
 	RPCURL         string // HTTP endpoint answering rpc frames; empty = rpc refused
 
+	// Downstream sources (contract section 20).
+	DownstreamURL      string // comma list of sources the nodes consume publishes from; empty = none
+	DownstreamInFlight int    // records one node holds read and not yet acknowledged, per source
+
 	PingInterval time.Duration
 	PongTimeout  time.Duration
 	RouteTTL     time.Duration
@@ -180,6 +184,10 @@ func registerGateway(s *Set, c *Gateway) {
 		"nats://host:port?subject=S&stream=N, kafka://b1:9092,b2:9092/TOPIC or an http(s):// webhook; empty = send refused").
 		SecretURL()
 	s.String(&c.UpstreamSecret, "upstream-secret", "", "HMAC-SHA256 key signing webhook, rpc and connect-proxy requests (X-Wsgate-Signature-V2 and X-Wsgate-Signature; docs/upstream.md)").Secret()
+	s.String(&c.DownstreamURL, "downstream-url", "", "comma list of sources the nodes consume publishes from (docs/downstream.md): "+
+		"redis://host:port/db?stream=NAME&group=GROUP, nats://host:port?stream=S&subject=SUBJ&durable=NAME, kafka://b1:9092,b2:9092/TOPIC?group=GROUP; "+
+		"{node} is replaced by the node id; empty = none").SecretURL()
+	s.Int(&c.DownstreamInFlight, "downstream-in-flight", 256, "records of each downstream source one node holds read and not yet acknowledged; past it the node stops reading (1 to 65536)")
 	s.String(&c.RPCURL, "rpc-url", "", "http(s):// endpoint answering client rpc frames; empty = rpc refused").SecretURL()
 	s.Duration(&c.PingInterval, "ping-interval", 25*time.Second, "server WebSocket ping period")
 	s.Duration(&c.PongTimeout, "pong-timeout", 60*time.Second, "close a connection silent for this long; must exceed the ping interval")

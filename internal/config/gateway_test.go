@@ -59,6 +59,7 @@ var contractDefaults = map[string]string{
 	"WSGATE_EVENTS":                "",
 	"WSGATE_UNDELIVERED_AFTER":     "0s",
 	"WSGATE_CONNECT_URL":           "",
+	"WSGATE_DOWNSTREAM_URL":        "", // v3, section 17
 }
 
 var ownDefaults = map[string]string{
@@ -67,6 +68,7 @@ var ownDefaults = map[string]string{
 	"WSGATE_TLS_KEY_FILE":         "",
 	"WSGATE_TLS_OWN_RECORDS":      "on",
 	"WSGATE_RELIABLE_REPLICAS":    "0",
+	"WSGATE_DOWNSTREAM_IN_FLIGHT": "256",
 	"WSGATE_HEARTBEAT_INTERVAL":   "2s",
 	"WSGATE_LOG_LEVEL":            "info",
 	"WSGATE_DEBUG_LISTEN":         "",
@@ -83,7 +85,8 @@ func TestGatewayDefaults(t *testing.T) {
 		Listen: ":8080", RedisPrefix: "wsgate", AllowQueryToken: true, AllowedOrigins: []string{}, TrustedProxies: []string{}, Events: []string{},
 		MaxMessageBytes: 65536, PartialFrameBudget: 64 << 20, MaxRoomsPerUser: 1000, DevicePolicy: "multi", Compression: "on", Transports: []string{"ws", "sse", "stream"}, TLSOwnRecords: "on",
 		PingInterval: 25 * time.Second, PongTimeout: 60 * time.Second, RouteTTL: 90 * time.Second,
-		SendQueue: 256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
+		DownstreamInFlight: 256,
+		SendQueue:          256, InboxLimit: 100, InboxTTL: 24 * time.Hour, RoomHistoryLimit: 100, RoomHistoryTTL: 24 * time.Hour, DrainTimeout: 2 * time.Minute,
 		DrainRate: 500, HeartbeatInterval: 2 * time.Second, LogLevel: "info",
 	}
 	if !reflect.DeepEqual(c, want) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/wsgate/wsgate/internal/downstream"
 	"github.com/wsgate/wsgate/internal/upstream"
 )
 
@@ -61,6 +62,12 @@ func (c *Gateway) Validate() error {
 			v.failf("%s: %v", EnvName("upstream-url"), err)
 		}
 	}
+	if c.DownstreamURL != "" && v.ok() {
+		if err := downstream.Check(c.DownstreamURL); err != nil {
+			v.failf("%s: %v", EnvName("downstream-url"), err)
+		}
+	}
+	v.intRange("downstream-in-flight", c.DownstreamInFlight, 1, 65536)
 	if c.RPCURL != "" && v.ok() {
 		if u, err := url.Parse(c.RPCURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			v.failf("%s must be an http:// or https:// URL with a host", EnvName("rpc-url"))

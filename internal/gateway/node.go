@@ -34,6 +34,7 @@ import (
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/downstream"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/tracing"
@@ -111,6 +112,10 @@ type Node struct {
 	sink     upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
 	hc       *http.Client  // rpc calls and the webhook sink
 	rpcSlots chan struct{} // rpc calls in flight on this node
+
+	sources  []downstream.Source // WSGATE_DOWNSTREAM_URL (downstream.go)
+	dsCancel context.CancelFunc  // ends their consumption
+	dsWG     sync.WaitGroup      // their Run calls
 
 	tracer *tracing.Tracer // nil: spans are not exported (SetTracer)
 
@@ -218,6 +223,9 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 			return nil, fmt.Errorf("WSGATE_UPSTREAM_URL: %w", err)
 		}
 		n.sink = sink
+	}
+	if err := n.openDownstream(); err != nil {
+		return nil, err
 	}
 	var b [4]byte
 	rand.Read(b[:])
@@ -367,6 +375,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.cfg.Warmup > 0 {
 		n.goFunc(n.warmupLoop)
 	}
+	n.startDownstream()
 	return nil
 }
 
@@ -401,6 +410,7 @@ func (n *Node) Drained() <-chan struct{} { return n.drained }
 // closes every connection at once with 1001 and waits for every goroutine
 // the node started (a drain, for graceful stops, is Drain).
 func (n *Node) Shutdown(ctx context.Context) error {
+	n.stopDownstream() // no record is taken any more; those in hand finish or come again
 	n.grMu.Lock()
 	n.hsDone = true
 	n.grMu.Unlock()

@@ -40,6 +40,7 @@ type Metrics struct {
 
 	Upstream    // v2: sinks and rpc (upstream.go)
 	Compression // v2: permessage-deflate (compression.go)
+	Downstream  // v3: sources of publishes (downstream.go)
 }
 
 // Results of a refresh frame (wsgate_token_refresh_total).
@@ -116,6 +117,7 @@ func New() *Metrics {
 	}
 	m.registerUpstream(f)
 	m.registerCompression(f)
+	m.registerDownstream(f)
 	// Series that exist from the start, so dashboards and alerts see zeros.
 	for _, s := range []string{"warming", "active", "draining"} {
 		m.NodeStatus.WithLabelValues(s)

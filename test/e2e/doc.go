@@ -17,6 +17,8 @@
 //	campaign_test.go    a randomized, seeded fault campaign (WSGATE_CHAOS_SEED, WSGATE_CHAOS_DURATION)
 //	rawrec_test.go      rawClient: reconnects and records every server frame off the socket, and its acks
 //	checker_test.go     the independent checker of those records against the publisher's ledger
+//	downstream_test.go  WSGATE_DOWNSTREAM_URL: nodes SIGKILLed between publish and XACK, takeover in 30 s
+//	downstream_others_test.go  the JetStream (server restarted) and Kafka (kfake, rebalance) sources, a node SIGKILLed
 //	joinrace_test.go    an API join racing a room's first reliable message, Pub/Sub connections killed (WSGATE_CHAOS_SEED)
 //
 // Run with
