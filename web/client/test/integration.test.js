@@ -40,10 +40,10 @@ async function eventually(what, cond, ms = 15000) {
 }
 
 /** A `wsgate dev` node on a free loopback port, killed when the test ends. */
-async function startDev(t) {
+async function startDev(t, env = {}) {
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
-  const proc = spawn(binary(), ['dev', '--listen', `127.0.0.1:${port}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, WSGATE_NODE_ID: 'js1' } });
+  const proc = spawn(binary(), ['dev', '--listen', `127.0.0.1:${port}`], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, WSGATE_NODE_ID: 'js1', ...env } });
   let log = '';
   proc.stdout.on('data', (b) => { log += b; });
   proc.stderr.on('data', (b) => { log += b; });
@@ -155,4 +155,27 @@ test('compression: permessage-deflate with the runtime\'s WebSocket, large messa
   const compressed = Number(/^wsgate_compressed_bytes_total (\S+)$/m.exec(metrics)?.[1] ?? 0);
   if (probe.extensions) assert.ok(compressed > 0 && compressed < JSON.stringify(data).length * 2, `compressed bytes ${compressed}`);
   await zed.close();
+});
+
+test('transports: a node that serves no WebSocket is reached over SSE by default, and over HTTP streaming when named', async (t) => {
+  const node = await startDev(t, { WSGATE_TRANSPORTS: 'sse,stream' });
+  for (const [transports, want] of [[undefined, 'sse'], [['stream'], 'stream']]) {
+    const user = 'tr-' + want;
+    const c = new Client({ url: node.url, user, WebSocket: WS, device: null, ackDelay: 0, transports });
+    const rec = recorder(c);
+    const opens = [];
+    c.on('open', (o) => opens.push(o));
+    const w = await c.connect();
+    assert.equal(w.transport, want);
+    assert.deepEqual(opens.map((o) => o.transport), [want]);
+    for (let i = 1; i <= 3; i++) {
+      const r = await node.api('POST', '/api/v1/publish', { target: { type: 'user', id: user }, event: 'n', data: { i }, reliable: true });
+      assert.equal(r.status, 200);
+    }
+    await rec.until('three reliable messages', (s) => s.message.length === 3);
+    assert.deepEqual(rec.seen.message.map((m) => m.seq), [1, 2, 3]);
+    await c.join('tr-room');
+    assert.ok((await c.ping()) >= 0, 'a posted ping answered on the stream');
+    await c.close();
+  }
 });
