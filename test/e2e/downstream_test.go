@@ -206,9 +206,14 @@ func TestDownstreamRedisCrashBetweenPublishAndAck(t *testing.T) {
 		}
 		return len(pend), delivered
 	}
+	// How many come to be delivered is the machine's timing: with XACK
+	// denied, a target's next record waits for its oldest pending one
+	// (per-target order), which may be a dead-lettered bad record, so it
+	// can stop at a handful (8 of 96 once on a loaded machine). One is the
+	// attack: it must not be delivered a second time.
 	eventually(t, 30*time.Second, "records delivered and left unacknowledged", func() (bool, string) {
 		p, d := publishedUnacked()
-		return d >= 10, fmt.Sprintf("%d pending, %d of them delivered", p, d)
+		return d >= 1, fmt.Sprintf("%d pending, %d of them delivered", p, d)
 	})
 	for _, g := range nodes {
 		g.Kill()
