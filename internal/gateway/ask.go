@@ -53,6 +53,16 @@ func (a *askTable) end(id string) {
 	}
 }
 
+// sendTo sends one envelope to node's channel, within the backend's
+// timeout; a failed send is counted and left to the caller's retry.
+func (n *Node) sendTo(ctx context.Context, node string, env []byte) {
+	sctx, cancel := n.bctx(ctx)
+	start := time.Now()
+	err := n.backend.Send(sctx, []string{node}, env)
+	n.observe("bus", start, err)
+	cancel()
+}
+
 // ask sends e to node until the node answers (true), the request is no
 // longer needed or ctx ends (false).
 func (n *Node) ask(ctx context.Context, node string, e envelope, needed func(context.Context) bool) bool {
@@ -63,11 +73,7 @@ func (n *Node) ask(ctx context.Context, node string, e envelope, needed func(con
 	t := time.NewTimer(askRetry)
 	defer t.Stop()
 	for {
-		sctx, cancel := n.bctx(ctx)
-		start := time.Now()
-		err := n.backend.Send(sctx, []string{node}, env)
-		n.observe("bus", start, err)
-		cancel()
+		n.sendTo(ctx, node, env)
 		select {
 		case <-done:
 			return true

@@ -258,11 +258,7 @@ func (n *Node) postRemote(ctx context.Context, node, connID string, mac, body []
 	retry := time.NewTicker(askRetry)
 	defer retry.Stop()
 	for {
-		sctx, cancel := n.bctx(ctx)
-		start := time.Now()
-		err := n.backend.Send(sctx, []string{node}, env)
-		n.observe("bus", start, err)
-		cancel()
+		n.sendTo(ctx, node, env)
 		select {
 		case res := <-ch:
 			return res

@@ -267,6 +267,25 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 // set lacks, when a refresh of the set is due, gets a refusal with
 // awaitKeys, and the caller runs admitToken again with wait on a goroutine
 // of its own.
+// admitHTTP runs every check of a handshake that net/http holds (the
+// wait for a key set included): admit, the connect proxy, the user's
+// connection limit. A refusal releases what admit took.
+func (n *Node) admitHTTP(ctx context.Context, req *wsRequest) (admission, *refusal) {
+	a, f := n.admit(req)
+	if f != nil && f.awaitKeys {
+		a, f = n.admitToken(ctx, req, a, true)
+	}
+	if f == nil {
+		if f = n.askProxy(ctx, &a); f == nil {
+			f = n.checkUserLimit(ctx, a.claims.Subject)
+		}
+		if f != nil {
+			n.release(&a)
+		}
+	}
+	return a, f
+}
+
 func (n *Node) admitToken(ctx context.Context, req *wsRequest, a admission, wait bool) (admission, *refusal) {
 	var err error
 	if n.useConnectProxy(req) {
@@ -370,18 +389,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	defer n.endHandshake()
 	req := requestOf(r)
-	a, f := n.admit(&req)
-	if f != nil && f.awaitKeys {
-		a, f = n.admitToken(r.Context(), &req, a, true)
-	}
-	if f == nil {
-		if f = n.askProxy(r.Context(), &a); f == nil {
-			f = n.checkUserLimit(r.Context(), a.claims.Subject)
-		}
-		if f != nil {
-			n.release(&a)
-		}
-	}
+	a, f := n.admitHTTP(r.Context(), &req)
 	if f != nil {
 		n.refuse(w, f)
 		return

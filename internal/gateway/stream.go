@@ -261,18 +261,7 @@ func (n *Node) serveHTTPStream(w http.ResponseWriter, r *http.Request, tp uint8)
 		n.refuse(w, f)
 		return
 	}
-	a, f := n.admit(&req)
-	if f != nil && f.awaitKeys {
-		a, f = n.admitToken(r.Context(), &req, a, true)
-	}
-	if f == nil {
-		if f = n.askProxy(r.Context(), &a); f == nil {
-			f = n.checkUserLimit(r.Context(), a.claims.Subject)
-		}
-		if f != nil {
-			n.release(&a)
-		}
-	}
+	a, f := n.admitHTTP(r.Context(), &req)
 	if f != nil {
 		n.refuse(w, f)
 		return
