@@ -208,7 +208,10 @@ func (r *Redis) do(ctx context.Context, op string, idempotent bool, fn func(ctx 
 		return errClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("cluster: redis %s: %w", op, err)
+		// A deadline passed before the call could start (a batch queued
+		// behind a hung one) is Redis not answering in time: unavailable,
+		// as the same deadline passing during the call is.
+		return r.wrap(op, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
