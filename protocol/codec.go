@@ -152,6 +152,14 @@ func (cf *ClientFrame) validate() error {
 			cf.Data = json.RawMessage("null")
 		}
 		return nil
+	case TypePresence:
+		if cf.ID == "" {
+			return badFrame("presence needs an id")
+		}
+		if err := ValidName("room", cf.Room); err != nil {
+			return badFrame("presence: %v", err)
+		}
+		return nil
 	case TypeRefresh:
 		if cf.ID == "" {
 			return badFrame("refresh needs an id")

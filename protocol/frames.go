@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"encoding/json"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Frame types (the "type" field).
@@ -15,6 +17,8 @@ const (
 	TypeClose    = "close" // the last frame of an SSE or HTTP streaming connection
 	TypeError    = "error"
 	TypeExpiring = "expiring"
+	TypeJoined   = "joined" // (v3) a connection entered a room's presence
+	TypeLeft     = "left"   // (v3) a connection left a room's presence
 
 	TypePing    = "ping"
 	TypeAck     = "ack"
@@ -24,6 +28,9 @@ const (
 	TypeSend    = "send" // (v2) to the business through the upstream sink
 	TypeRPC     = "rpc"  // (v2) a request answered by WSGATE_RPC_URL
 	TypeRefresh = "refresh"
+	// TypePresence asks for a room's presence (v3, contract 19); the
+	// reply's result is the object of GET /api/v1/rooms/{room}/presence.
+	TypePresence = "presence"
 )
 
 // ExpiringNotice is how long before the token's exp the server sends the
@@ -168,5 +175,33 @@ type ClientFrame struct {
 	Method string          `json:"method" msgpack:"method"` // rpc
 	Data   json.RawMessage `json:"data" msgpack:"-"`
 	TS     *float64        `json:"ts" msgpack:"ts"`
-	Token  string          `json:"token" msgpack:"token"` // refresh
+	Token  string          `json:"token" msgpack:"token"` // refresh; join: a room token (v3)
+}
+
+// PresenceEvent is a joined or left frame (v3, contract 19): the
+// connection ConnID of User entered or left Room's presence. Info (joined
+// only) is the connection's info: its token's info claim, or what the
+// join proxy answered.
+type PresenceEvent struct {
+	Type   string          `json:"type"`
+	Room   string          `json:"room"`
+	User   string          `json:"user"`
+	ConnID string          `json:"conn_id"`
+	Info   json.RawMessage `json:"info,omitempty"`
+}
+
+// EncodePresenceEvent encodes a joined or left frame.
+func EncodePresenceEvent(f Format, e *PresenceEvent) ([]byte, error) {
+	if f == JSON {
+		return json.Marshal(e)
+	}
+	obj := map[string]any{"type": e.Type, "room": e.Room, "user": e.User, "conn_id": e.ConnID}
+	if len(e.Info) > 0 {
+		info, err := JSONToMsgpack(e.Info)
+		if err != nil {
+			return nil, err
+		}
+		obj["info"] = msgpack.RawMessage(info)
+	}
+	return msgpack.Marshal(obj)
 }

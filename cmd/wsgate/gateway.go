@@ -16,6 +16,7 @@ import (
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/gateway"
 	"github.com/wsgate/wsgate/internal/metrics"
+	"github.com/wsgate/wsgate/internal/rooms"
 	"github.com/wsgate/wsgate/internal/tracing"
 )
 
@@ -144,6 +145,9 @@ func runGateway(args []string, dev bool) int {
 	go func() { serveErr <- node.Serve(ln) }()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if cfg.RoomsFile != "" {
+		go reloadRoomsOnHangup(node, cfg.RoomsFile, log)
+	}
 	select {
 	case err := <-serveErr:
 		if err != nil {
@@ -165,6 +169,23 @@ func runGateway(args []string, dev bool) int {
 	node.Shutdown(ctx)
 	log.Info("gateway stopped")
 	return 0
+}
+
+// reloadRoomsOnHangup reads the rooms file again at each SIGHUP: a file
+// that parses replaces the namespaces (connections stay); one that does
+// not is logged and the namespaces in use stay.
+func reloadRoomsOnHangup(node *gateway.Node, path string, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	for range hup {
+		set, err := rooms.Load(path)
+		if err != nil {
+			log.Error("rooms file not reloaded; the namespaces in use stay", "err", err)
+			continue
+		}
+		node.SetRooms(set)
+		log.Info("rooms file reloaded", "path", path, "namespaces", len(set.Namespaces()))
+	}
 }
 
 // isLoopback reports whether a listener's address is a loopback one (an

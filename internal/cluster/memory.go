@@ -44,6 +44,7 @@ type Memory struct {
 	keys      map[string]memKey               // publisher idempotency keys
 	keyClaims int
 
+	pres     *memPresence // room presence (memory_presence.go)
 	lifeOnce sync.Once
 	lc       *memLife // lifecycle state (memory_lifecycle.go)
 

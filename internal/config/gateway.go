@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/rooms"
 )
 
 // Gateway is the configuration of one gateway node (wsgate gateway and
@@ -64,9 +66,13 @@ type Gateway struct {
 	// RoomHistoryLimit and RoomHistoryTTL bound a reliable room's history.
 	RoomHistoryLimit int
 	RoomHistoryTTL   time.Duration
-	DrainTimeout     time.Duration
-	DrainRate        float64 // connections per second, 0 = no pacing
-	Warmup           time.Duration
+	// RoomsFile is the namespaces file (contract section 19); empty = none.
+	// Rooms is it parsed by Validate.
+	RoomsFile    string
+	Rooms        *rooms.Set
+	DrainTimeout time.Duration
+	DrainRate    float64 // connections per second, 0 = no pacing
+	Warmup       time.Duration
 
 	// Lifecycle events and the connect proxy (contract section 13).
 	Events           []string      // WSGATE_EVENTS: names out of EventNames
@@ -92,7 +98,7 @@ const (
 )
 
 // EventNames are the lifecycle events WSGATE_EVENTS may list.
-var EventNames = []string{"connect", "disconnect", "online", "offline", "join", "leave", "ack", "undelivered"}
+var EventNames = []string{"connect", "disconnect", "online", "offline", "join", "leave", "ack", "undelivered", "occupied", "vacated"}
 
 // Limits checked by Validate.
 const (
@@ -197,6 +203,8 @@ func registerGateway(s *Set, c *Gateway) {
 	s.Duration(&c.InboxTTL, "inbox-ttl", 24*time.Hour, "how long each unacknowledged reliable message is kept")
 	s.Int(&c.RoomHistoryLimit, "room-history-limit", 100, "messages kept per reliable room (1 to 100000)")
 	s.Duration(&c.RoomHistoryTTL, "room-history-ttl", 24*time.Hour, "how long each message of a reliable room is kept")
+	s.String(&c.RoomsFile, "rooms-file", "", "YAML file of room namespaces: per room-name pattern, reliable, history_limit, history_ttl, presence, "+
+		"join_leave, publish, echo, max_members, scope, join_proxy (docs/rooms.md); read again on SIGHUP; empty = none")
 	s.Duration(&c.DrainTimeout, "drain-timeout", 2*time.Minute, "how long a draining node waits for clients before closing the rest")
 	s.Float(&c.DrainRate, "drain-rate", 500, "connections per second a draining node redirects (0 = all at once)")
 	s.Duration(&c.Warmup, "warmup", 0, "time a new node spends warming with a rising weight before active")

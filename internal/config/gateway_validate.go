@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/wsgate/wsgate/internal/downstream"
+	"github.com/wsgate/wsgate/internal/rooms"
 	"github.com/wsgate/wsgate/internal/upstream"
 )
 
@@ -15,7 +16,7 @@ import (
 // starting with the environment name of the setting, e.g.
 // "WSGATE_PONG_TIMEOUT (10s) must exceed WSGATE_PING_INTERVAL (25s)".
 // Call it after Finish. The dev subcommand needs no JWT key (it has demo
-// auth). It reads nothing but the TLS and JWT key files'
+// auth). It reads the rooms file (parsed into Rooms) and nothing but the TLS and JWT key files
 // metadata (they must exist).
 func (c *Gateway) Validate() error {
 	var v checker
@@ -91,6 +92,13 @@ func (c *Gateway) Validate() error {
 	v.positive("inbox-ttl", c.InboxTTL)
 	v.intRange("room-history-limit", c.RoomHistoryLimit, 1, MaxInboxLimit)
 	v.positive("room-history-ttl", c.RoomHistoryTTL)
+	if c.RoomsFile != "" {
+		set, err := rooms.Load(c.RoomsFile)
+		if err != nil {
+			v.failf("%s: %v", EnvName("rooms-file"), err)
+		}
+		c.Rooms = set
+	}
 	v.positive("drain-timeout", c.DrainTimeout)
 	v.rate("drain-rate", c.DrainRate)
 	v.notNegativeDur("warmup", c.Warmup)

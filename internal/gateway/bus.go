@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ const (
 	kindDone       = "done"   // answer to a request (kick or drain with a request id)
 	kindPost       = "post"   // client frames posted to an HTTP stream connection of this node (connpost.go)
 	kindPosted     = "posted" // the answer to a kindPost: Code is the HTTP status
+	kindPresence   = "pres"   // a room presence change: Conn of User joined (Join) or left Room at presence seq Seq; body: info
 )
 
 // busReliableRoom is the bus target type of a reliable room message (the
@@ -271,6 +273,8 @@ func (n *Node) onBus(payload []byte) {
 			return
 		}
 		n.applyMembership(e.User, e.Room, e.Join, e.RoomSeq)
+	case kindPresence:
+		n.deliverPresence(presEvent{room: e.Room, user: e.User, conn: e.Conn, join: e.Join, seq: e.Seq, info: json.RawMessage(slices.Clone(body))})
 	case kindDrain:
 		n.draining.Store(true) // new handshakes refused from now on
 		n.goFunc(func() { n.Drain("api") })
@@ -310,6 +314,7 @@ func (n *Node) applyMembership(user, room string, join bool, roomSeq *int64) {
 		}
 		added, present := n.hub.join(user, room)
 		if present {
+			n.presenceEnterUser(user, room)
 			n.goFunc(func() {
 				ctx, cancel := n.bctx(n.ctx)
 				defer cancel()
@@ -338,6 +343,7 @@ func (n *Node) applyMembership(user, room string, join bool, roomSeq *int64) {
 	if n.hub.leave(user, room) {
 		n.goFunc(func() { n.dropInterest([]string{room}) })
 	}
+	n.presenceLeaveUser(user, room)
 	n.forgetRoom(user, room)
 }
 
@@ -381,7 +387,7 @@ func busKindName(k string) string {
 	switch k {
 	case kindMessage, kindMessages:
 		return "message"
-	case kindKick, kindMembership, kindDrain, kindDone, kindPost, kindPosted:
+	case kindKick, kindMembership, kindDrain, kindDone, kindPost, kindPosted, kindPresence:
 		return k
 	}
 	return "unknown"

@@ -184,6 +184,14 @@ type connExtra struct {
 
 	room chan struct{} // closed when the queue drains (a catch-up waits for room)
 
+	// Room presence (presence.go): the rooms whose presence the
+	// connection is in, its changes waiting for the worker, and whether
+	// the connection ended (it enters no room after that).
+	pres        map[string]*connPres
+	presq       []presOp
+	presRunning bool
+	presClosed  bool
+
 	// Lifecycle events (events.go), only with WSGATE_EVENTS.
 	info        []byte // the token's info claim, for the connect record
 	lifeUp      bool   // the connection's ConnUp was queued; its end is not yet
@@ -226,7 +234,8 @@ func (c *conn) dropIdleExtraLocked() {
 func (x *connExtra) idle() bool {
 	return len(x.inq) == 0 && len(x.held) == 0 && len(x.sendq) == 0 && !x.sending && x.sendBlock == "" && x.rpcs == 0 &&
 		!x.refreshed && x.claims == nil && x.inbox.idle() && len(x.rooms) == 0 && x.room == nil &&
-		x.info == nil && !x.lifeUp && x.closeCode == 0 && x.closeReason == ""
+		x.info == nil && !x.lifeUp && x.closeCode == 0 && x.closeReason == "" &&
+		len(x.pres) == 0 && len(x.presq) == 0 && !x.presRunning && !x.presClosed
 }
 
 func (s *stream) idle() bool {
@@ -291,6 +300,10 @@ func (c *conn) route() cluster.Route {
 func (c *conn) send(frame []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.sendLocked(frame)
+}
+
+func (c *conn) sendLocked(frame []byte) bool {
 	if c.state >= stClosing {
 		return false
 	}

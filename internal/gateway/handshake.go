@@ -604,6 +604,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 	// reader starts, so that one reader at a time touches the parser.
 	c.feed(initial)
 	c.startReading()
+	n.presenceEnterRooms(c)
 }
 
 // startReading hands the socket to its reader: the event loop, or for a
@@ -675,6 +676,7 @@ func (n *Node) forget(c *conn) {
 	if n.events != nil {
 		n.events.ended(c) // before the hub lets Shutdown go on
 	}
+	n.presenceClose(c) // before the hub forgets c: a change racing the close finds it closed
 	emptied, found := n.hub.remove(c)
 	if !found {
 		return

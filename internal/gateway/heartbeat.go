@@ -63,6 +63,8 @@ func (n *Node) heartbeatLoop() {
 				n.goFunc(func() { n.recoverConnections(lost) })
 			}
 		}
+		n.checkOwnPresence(ctx, lost)
+		n.retryPresence()
 		n.cleanupDeadNodes(ctx)
 		cancel()
 	}
@@ -182,6 +184,7 @@ func (n *Node) cleanupDeadNodes(ctx context.Context) {
 	if n.events != nil {
 		n.events.sweepDead(ctx, nodes)
 	}
+	n.sweepDeadPresence(ctx, nodes)
 	for _, x := range nodes {
 		if x.ID != n.cfg.NodeID && now-x.Heartbeat > limit {
 			n.log.Info("removing the record of a dead node", "dead_node", x.ID, "silent_ms", now-x.Heartbeat)

@@ -206,6 +206,16 @@ func (h *hub) userConns(user string) []*conn {
 	return append([]*conn(nil), u.conns...)
 }
 
+// userRooms lists the rooms of a locally connected user.
+func (h *hub) userRooms(user string) []string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if u := h.users[user]; u != nil {
+		return slices.Clone(u.rooms)
+	}
+	return nil
+}
+
 func (h *hub) roomConns(room string) []*conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()

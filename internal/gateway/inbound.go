@@ -94,6 +94,8 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 		c.handleRPC(cf)
 	case protocol.TypeRefresh:
 		c.refresh(ctx, cf)
+	case protocol.TypePresence:
+		c.presenceFrame(ctx, cf)
 	}
 }
 

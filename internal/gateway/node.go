@@ -37,6 +37,7 @@ import (
 	"github.com/wsgate/wsgate/internal/downstream"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/rooms"
 	"github.com/wsgate/wsgate/internal/tracing"
 	"github.com/wsgate/wsgate/internal/upstream"
 )
@@ -76,6 +77,11 @@ type Node struct {
 	deflated atomic.Uint64 // compressor runs (deflate.go)
 
 	interest roomLocks // orders this node's interest writes of each room
+
+	rooms     atomic.Pointer[rooms.Set] // the namespaces (WSGATE_ROOMS_FILE); nil: none
+	pres      cluster.Presence          // room presence; nil when the backend has none
+	presMu    sync.Mutex
+	presRetry []cluster.PresenceEntry // entries whose removal failed, retried at the next heartbeat
 	metas    metaCache // connMeta shared by connections with the same grants
 
 	behindRunning atomic.Bool     // catchUpBehind is running
@@ -167,6 +173,16 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		drained:   make(chan struct{}),
 	}
 	n.hub = newHub(n)
+	if cfg.Rooms == nil && cfg.RoomsFile != "" {
+		set, err := rooms.Load(cfg.RoomsFile)
+		if err != nil {
+			return nil, fmt.Errorf("WSGATE_ROOMS_FILE: %w", err)
+		}
+		cfg.Rooms = set
+		n.cfg.Rooms = set
+	}
+	n.rooms.Store(cfg.Rooms)
+	n.pres, _ = backend.(cluster.Presence)
 	n.catchUpEvery.Store(catchUpPeriod)
 	n.lb = &liveBackend{Backend: backend, n: n}
 	n.backend = n.lb // routes of dead nodes left out

@@ -121,7 +121,9 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 		if id == n.cfg.NodeID {
 			if join {
 				n.followLocal(user, room, roomSeq, except, since)
-				if added, _ := n.hub.join(user, room); added {
+				added, _ := n.hub.join(user, room)
+				n.presenceEnterUser(user, room)
+				if added {
 					// The first local member: what was appended between
 					// the join and the interest did not come to this node.
 					// Read the seq again, after the interest, and fetch
@@ -148,6 +150,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 				if n.hub.leave(user, room) {
 					n.dropInterest([]string{room})
 				}
+				n.presenceLeaveUser(user, room)
 				n.forgetRoom(user, room)
 			}
 			continue

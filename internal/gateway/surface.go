@@ -80,6 +80,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 	api("DELETE /api/v1/rooms/{room}/members/{user}", n.apiLeave)
 	api("GET /api/v1/rooms/{room}/members", n.apiMembers)
 	api("GET /api/v1/rooms/{room}/history", n.apiHistory)
+	api("GET /api/v1/rooms/{room}/presence", n.apiRoomPresence)
 	api("GET /api/v1/users/{user}/presence", n.apiPresence)
 	api("POST /api/v1/users/{user}/disconnect", n.apiDisconnect)
 	api("GET /api/v1/nodes", n.apiNodes)

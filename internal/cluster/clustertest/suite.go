@@ -41,6 +41,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) cluster.Backend) {
 		{"Bus", busTests},
 		{"Misc", miscTests},
 		{"Lifecycle", lifecycleTests},
+		{"Presence", presenceTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1,0 +1,199 @@
+package clustertest
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/wsgate/wsgate/internal/cluster"
+)
+
+var presenceTests = []subtest{
+	{"Counts", testPresenceCounts},
+	{"RemoveOnce", testPresenceRemoveOnce},
+	{"Pages", testPresencePages},
+	{"NodeLists", testPresenceNodeLists},
+	{"KeptSeq", testPresenceKeptSeq},
+}
+
+func presenceOf(t *testing.T, b cluster.Backend) cluster.Presence {
+	t.Helper()
+	p, ok := b.(cluster.Presence)
+	if !ok {
+		t.Fatalf("%T does not implement cluster.Presence", b)
+	}
+	return p
+}
+
+func entry(user, conn, node string) cluster.PresenceEntry {
+	return cluster.PresenceEntry{User: user, ConnID: conn, Node: node, Device: "default"}
+}
+
+func testPresenceCounts(t *testing.T, b cluster.Backend) {
+	p, ctx := presenceOf(t, b), ctxFor(t)
+	a1 := entry("a", "a1", "n1")
+	a1.Info = json.RawMessage(`{"name":"Ann"}`)
+	ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", a1))
+	if !ch.Changed || ch.Seq != 1 || ch.Counts != (cluster.PresenceCounts{Users: 1, Conns: 1}) || ch.UserConns != 1 {
+		t.Fatalf("first add: %+v", ch)
+	}
+	again := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", a1))
+	if again.Changed || again.Seq != 1 || again.Counts != ch.Counts || again.UserConns != 1 {
+		t.Fatalf("the same entry again: %+v, want unchanged with seq 1", again)
+	}
+	ch = need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", entry("a", "a2", "n2")))
+	if !ch.Changed || ch.Seq != 2 || ch.Counts != (cluster.PresenceCounts{Users: 1, Conns: 2}) || ch.UserConns != 2 {
+		t.Fatalf("the user's second connection: %+v", ch)
+	}
+	ch = need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", entry("b", "b1", "n1")))
+	if ch.Seq != 3 || ch.Counts != (cluster.PresenceCounts{Users: 2, Conns: 3}) {
+		t.Fatalf("a second user: %+v", ch)
+	}
+	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "other", entry("b", "b1", "n1"))); ch.Seq != 1 {
+		t.Fatalf("another room has its own seq: %+v", ch)
+	}
+	ch = need[cluster.PresenceChange](t)(p.RemovePresence(ctx, "r", entry("a", "a1", "n1")))
+	if !ch.Changed || ch.Seq != 1 || ch.Counts != (cluster.PresenceCounts{Users: 2, Conns: 2}) || ch.UserConns != 1 {
+		t.Fatalf("remove a1: %+v", ch)
+	}
+	ch = need[cluster.PresenceChange](t)(p.RemovePresence(ctx, "r", entry("a", "a2", "n2")))
+	if !ch.Changed || ch.Counts != (cluster.PresenceCounts{Users: 1, Conns: 1}) || ch.UserConns != 0 {
+		t.Fatalf("remove a2, the user's last: %+v", ch)
+	}
+	counts, list, next, err := p.RoomPresence(ctx, "r", "", 100)
+	must(t, err)
+	if counts != (cluster.PresenceCounts{Users: 1, Conns: 1}) || len(list) != 1 || list[0].ConnID != "b1" || list[0].Seq != 3 || next != "" {
+		t.Fatalf("presence: %+v %+v next %q", counts, list, next)
+	}
+	must(t, func() error { _, err := p.RemovePresence(ctx, "r", entry("b", "b1", "n1")); return err }())
+	if counts, _, _, _ := p.RoomPresence(ctx, "r", "", 0); counts != (cluster.PresenceCounts{}) {
+		t.Fatalf("empty room: %+v", counts)
+	}
+	// The seq goes on from where it was: a new entry is newer than every
+	// entry the room ever had.
+	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", entry("c", "c1", "n1"))); ch.Seq != 4 {
+		t.Fatalf("after the room emptied: seq %d, want 4", ch.Seq)
+	}
+}
+
+// Concurrent removes of one entry (its node and survivors cleaning up
+// after it): exactly one changes it.
+func testPresenceRemoveOnce(t *testing.T, b cluster.Backend) {
+	p, ctx := presenceOf(t, b), ctxFor(t)
+	for i := range 20 {
+		e := entry("u", fmt.Sprintf("c%d", i), "n1")
+		need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", e))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		changed := 0
+		for range 4 {
+			wg.Go(func() {
+				ch, err := p.RemovePresence(ctx, "r", e)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ch.Changed {
+					mu.Lock()
+					changed++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if changed != 1 {
+			t.Fatalf("entry %d removed by %d callers, want 1", i, changed)
+		}
+	}
+}
+
+func testPresencePages(t *testing.T, b cluster.Backend) {
+	p, ctx := presenceOf(t, b), ctxFor(t)
+	const n = 250
+	for i := range n {
+		need[cluster.PresenceChange](t)(p.AddPresence(ctx, "big", entry(fmt.Sprintf("u%d", i%100), fmt.Sprintf("c%03d", i), "n1")))
+	}
+	seen := map[string]int{}
+	cursor, pages := "", 0
+	for {
+		counts, list, next, err := p.RoomPresence(ctx, "big", cursor, 40)
+		must(t, err)
+		if counts != (cluster.PresenceCounts{Users: 100, Conns: n}) {
+			t.Fatalf("counts %+v", counts)
+		}
+		for _, e := range list {
+			seen[e.ConnID]++
+		}
+		pages++
+		if next == "" {
+			break
+		}
+		if pages > n {
+			t.Fatal("the cursor never ends")
+		}
+		cursor = next
+	}
+	if len(seen) != n {
+		t.Fatalf("pages listed %d connections, want %d", len(seen), n)
+	}
+	if _, _, _, err := p.RoomPresence(ctx, "big", "not-a-cursor", 10); err == nil {
+		t.Fatal("a bad cursor was accepted")
+	}
+}
+
+func testPresenceNodeLists(t *testing.T, b cluster.Backend) {
+	p, ctx := presenceOf(t, b), ctxFor(t)
+	need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r1", entry("a", "a1", "dead")))
+	need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r2", entry("a", "a1", "dead")))
+	need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r1", entry("b", "b1", "alive")))
+	nodes := need[[]string](t)(p.PresenceNodes(ctx))
+	slices.Sort(nodes)
+	if !slices.Equal(nodes, []string{"alive", "dead"}) {
+		t.Fatalf("nodes %v", nodes)
+	}
+	list := need[[]cluster.PresenceEntry](t)(p.NodePresence(ctx, "dead"))
+	var got []string
+	for _, e := range list {
+		got = append(got, e.Room+"/"+e.User+"/"+e.ConnID+"/"+e.Node)
+		if ch := need[cluster.PresenceChange](t)(p.RemovePresence(ctx, e.Room, e)); !ch.Changed {
+			t.Fatalf("removing %+v changed nothing", e)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"r1/a/a1/dead", "r2/a/a1/dead"}) {
+		t.Fatalf("the dead node's entries: %v", got)
+	}
+	if left := need[[]cluster.PresenceEntry](t)(p.NodePresence(ctx, "dead")); len(left) != 0 {
+		t.Fatalf("removed entries still listed: %v", left)
+	}
+	must(t, p.DropNodePresence(ctx, "dead"))
+	if nodes := need[[]string](t)(p.PresenceNodes(ctx)); !slices.Equal(nodes, []string{"alive"}) {
+		t.Fatalf("after the drop: %v", nodes)
+	}
+	if counts, _, _, _ := p.RoomPresence(ctx, "r1", "", 0); counts != (cluster.PresenceCounts{Users: 1, Conns: 1}) {
+		t.Fatalf("r1 after the dead node's entries left: %+v", counts)
+	}
+}
+
+// A rebuilt entry keeps its seq, and later entries get higher ones.
+func testPresenceKeptSeq(t *testing.T, b cluster.Backend) {
+	p, ctx := presenceOf(t, b), ctxFor(t)
+	e := entry("a", "a1", "n1")
+	e.Seq = 41
+	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", e)); !ch.Changed || ch.Seq != 41 {
+		t.Fatalf("rebuilt entry: %+v, want seq 41", ch)
+	}
+	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", entry("b", "b1", "n1"))); ch.Seq != 42 {
+		t.Fatalf("next entry: seq %d, want 42", ch.Seq)
+	}
+	low := entry("c", "c1", "n1")
+	low.Seq = 7
+	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", low)); ch.Seq != 7 {
+		t.Fatalf("rebuilt older entry: %+v", ch)
+	}
+	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", entry("d", "d1", "n1"))); ch.Seq != 43 {
+		t.Fatalf("after an older rebuilt entry: seq %d, want 43", ch.Seq)
+	}
+}

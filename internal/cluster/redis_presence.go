@@ -1,0 +1,202 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var _ Presence = (*Redis)(nil)
+
+// Presence keys (see redis_keys.go for the rest of the layout):
+//
+//	{P:r:ROOM}:pres        hash conn id -> "seq|" + JSON entry
+//	{P:r:ROOM}:pusers      hash user -> connections present
+//	{P:r:ROOM}:pseq        string, the room's presence seq (INCR)
+//	{P:pres:NODE}:conns    set "room\nuser\nconn id" of NODE's entries
+//	{P:pres}:nodes         set of nodes that have such a set
+//
+// A room's three keys share its slot: an add or a remove, the counts and
+// the seq are one script. The node's set is written before the room's
+// hash on an add and after it on a remove, so that a node dying between
+// the two leaves its set with an entry too many (removing it again
+// changes nothing), never a room entry that no list names.
+func (k redisKeys) roomPres(room string) string      { return "{" + k.p + ":r:" + room + "}:pres" }
+func (k redisKeys) roomPresUsers(room string) string { return "{" + k.p + ":r:" + room + "}:pusers" }
+func (k redisKeys) roomPresSeq(room string) string   { return "{" + k.p + ":r:" + room + "}:pseq" }
+func (k redisKeys) nodePres(node string) string      { return "{" + k.p + ":pres:" + node + "}:conns" }
+func (k redisKeys) presNodes() string                { return "{" + k.p + ":pres}:nodes" }
+
+// Both scripts answer {changed, seq, users, connections, user's connections}.
+var scriptPresenceAdd = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur then
+  return {0, tonumber(string.match(cur, '^(%d+)|')), redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')}
+end
+local seq = tonumber(ARGV[4])
+if seq > 0 then
+  if seq > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], seq) end
+else
+  seq = redis.call('INCR', KEYS[3])
+end
+redis.call('HSET', KEYS[1], ARGV[1], seq .. '|' .. ARGV[3])
+local uc = redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+return {1, seq, redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), uc}
+`)
+
+var scriptPresenceRemove = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then
+  return {0, 0, redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')}
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+local uc = redis.call('HINCRBY', KEYS[2], ARGV[2], -1)
+if uc <= 0 then redis.call('HDEL', KEYS[2], ARGV[2]); uc = 0 end
+return {1, tonumber(string.match(cur, '^(%d+)|')), redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), uc}
+`)
+
+func presenceChange(v any) (PresenceChange, error) {
+	parts, _ := v.([]any)
+	if len(parts) != 5 {
+		return PresenceChange{}, fmt.Errorf("cluster: redis presence: unexpected reply %v", v)
+	}
+	n := make([]int64, 5)
+	for i, p := range parts {
+		n[i], _ = p.(int64)
+	}
+	return PresenceChange{Changed: n[0] == 1, Seq: n[1], Counts: PresenceCounts{Users: n[2], Conns: n[3]}, UserConns: n[4]}, nil
+}
+
+// AddPresence implements Presence.
+func (r *Redis) AddPresence(ctx context.Context, room string, e PresenceEntry) (PresenceChange, error) {
+	err := r.do(ctx, "presence", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.SAdd(ctx, r.k.nodePres(e.Node), nodePresenceMember(room, e.User, e.ConnID))
+			p.SAdd(ctx, r.k.presNodes(), e.Node)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return PresenceChange{}, err
+	}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return PresenceChange{}, err
+	}
+	v, err := r.evalOne(ctx, "presence", scriptPresenceAdd,
+		[]string{r.k.roomPres(room), r.k.roomPresUsers(room), r.k.roomPresSeq(room)}, e.ConnID, e.User, body, e.Seq)
+	if err != nil {
+		return PresenceChange{}, err
+	}
+	return presenceChange(v)
+}
+
+// RemovePresence implements Presence.
+func (r *Redis) RemovePresence(ctx context.Context, room string, e PresenceEntry) (PresenceChange, error) {
+	v, err := r.evalOne(ctx, "presence", scriptPresenceRemove,
+		[]string{r.k.roomPres(room), r.k.roomPresUsers(room), r.k.roomPresSeq(room)}, e.ConnID, e.User)
+	if err != nil {
+		return PresenceChange{}, err
+	}
+	ch, err := presenceChange(v)
+	if err != nil {
+		return ch, err
+	}
+	err = r.do(ctx, "presence", true, func(ctx context.Context) error {
+		return r.c.SRem(ctx, r.k.nodePres(e.Node), nodePresenceMember(room, e.User, e.ConnID)).Err()
+	})
+	return ch, err
+}
+
+// RoomPresence implements Presence: the cursor is HSCAN's.
+func (r *Redis) RoomPresence(ctx context.Context, room, cursor string, limit int) (PresenceCounts, []PresenceEntry, string, error) {
+	var users, conns *redis.IntCmd
+	var scan *redis.ScanCmd
+	var cur uint64
+	if cursor != "" {
+		var err error
+		if cur, err = strconv.ParseUint(cursor, 10, 64); err != nil {
+			return PresenceCounts{}, nil, "", fmt.Errorf("%w: bad cursor %q", ErrBadCursor, cursor)
+		}
+	}
+	err := r.do(ctx, "presence", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			users = p.HLen(ctx, r.k.roomPresUsers(room))
+			conns = p.HLen(ctx, r.k.roomPres(room))
+			if limit > 0 {
+				scan = p.HScan(ctx, r.k.roomPres(room), cur, "", int64(limit))
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return PresenceCounts{}, nil, "", err
+	}
+	counts := PresenceCounts{Users: users.Val(), Conns: conns.Val()}
+	if scan == nil {
+		return counts, nil, "", nil
+	}
+	kv, next := scan.Val()
+	out := make([]PresenceEntry, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		seq, body, ok := strings.Cut(kv[i+1], "|")
+		var e PresenceEntry
+		if !ok || json.Unmarshal([]byte(body), &e) != nil {
+			continue // not written by AddPresence: skip rather than fail the list
+		}
+		e.Room = room
+		e.Seq, _ = strconv.ParseInt(seq, 10, 64)
+		out = append(out, e)
+	}
+	nextCursor := ""
+	if next != 0 {
+		nextCursor = strconv.FormatUint(next, 10)
+	}
+	return counts, out, nextCursor, nil
+}
+
+// NodePresence implements Presence.
+func (r *Redis) NodePresence(ctx context.Context, node string) ([]PresenceEntry, error) {
+	var members []string
+	err := r.do(ctx, "presence", true, func(ctx context.Context) error {
+		var err error
+		members, err = r.c.SMembers(ctx, r.k.nodePres(node)).Result()
+		return err
+	})
+	out := make([]PresenceEntry, 0, len(members))
+	for _, m := range members {
+		e := parseNodePresence(m)
+		e.Node = node
+		out = append(out, e)
+	}
+	return out, err
+}
+
+// PresenceNodes implements Presence.
+func (r *Redis) PresenceNodes(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := r.do(ctx, "presence", true, func(ctx context.Context) error {
+		var err error
+		ids, err = r.c.SMembers(ctx, r.k.presNodes()).Result()
+		return err
+	})
+	return ids, err
+}
+
+// DropNodePresence implements Presence.
+func (r *Redis) DropNodePresence(ctx context.Context, node string) error {
+	return r.do(ctx, "presence", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, r.k.nodePres(node))
+			p.SRem(ctx, r.k.presNodes(), node)
+			return nil
+		})
+		return err
+	})
+}

@@ -1,0 +1,115 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// Room presence reads list at most maxPresenceRead connections per call,
+// presenceReadDefault when the call names no limit; the rest is paged
+// with the answer's cursor.
+const (
+	presenceReadDefault = 1000
+	maxPresenceRead     = 10000
+)
+
+// PresenceClient is one connection in a room's presence (contract 19).
+type PresenceClient struct {
+	User   string          `json:"user"`
+	ConnID string          `json:"conn_id"`
+	Node   string          `json:"node"`
+	Device string          `json:"device"`
+	Info   json.RawMessage `json:"info,omitempty"`
+}
+
+// RoomPresence is the answer of a room presence read: the counts, and
+// unless only the counts were asked, the connections (a page of them:
+// Cursor, when not empty, reads the next).
+type RoomPresence struct {
+	Users       int64            `json:"users"`
+	Connections int64            `json:"connections"`
+	Clients     []PresenceClient `json:"clients,omitempty"`
+	Cursor      string           `json:"cursor,omitempty"`
+}
+
+// ReadRoomPresence reads room's presence: the counts, and with limit > 0
+// up to about limit connections from cursor. The operation behind the API
+// and the presence frame.
+func (n *Node) ReadRoomPresence(ctx context.Context, room, cursor string, limit int) (RoomPresence, error) {
+	if err := protocol.ValidName("room", room); err != nil {
+		return RoomPresence{}, badRequest("%v", err)
+	}
+	if !n.tracksPresence(room) {
+		return RoomPresence{}, &APIError{Status: http.StatusNotFound, Code: "not_found",
+			Message: fmt.Sprintf("room %s has no presence: no namespace of WSGATE_ROOMS_FILE with presence: true matches it", room)}
+	}
+	counts, list, next, err := n.pres.RoomPresence(ctx, room, cursor, limit)
+	if errors.Is(err, cluster.ErrBadCursor) {
+		return RoomPresence{}, badRequest("cursor %q is not one a presence read answered", cursor)
+	}
+	if err != nil {
+		return RoomPresence{}, unavailable("room presence", err)
+	}
+	out := RoomPresence{Users: counts.Users, Connections: counts.Conns, Cursor: next}
+	if limit > 0 {
+		out.Clients = make([]PresenceClient, 0, len(list))
+		for _, e := range list {
+			out.Clients = append(out.Clients, PresenceClient{User: e.User, ConnID: e.ConnID, Node: e.Node, Device: e.Device, Info: e.Info})
+		}
+	}
+	return out, nil
+}
+
+// apiRoomPresence answers GET /api/v1/rooms/{room}/presence
+// [?counts=true] [&limit=M&cursor=C].
+func (n *Node) apiRoomPresence(w http.ResponseWriter, r *http.Request) error {
+	limit, err := queryInt(r, "limit", presenceReadDefault, 1, maxPresenceRead)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	if q.Get("counts") == "true" {
+		limit = 0
+	}
+	p, err := n.ReadRoomPresence(r.Context(), r.PathValue("room"), q.Get("cursor"), int(limit))
+	if err != nil {
+		return err
+	}
+	if limit > 0 && p.Clients == nil {
+		p.Clients = []PresenceClient{}
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// presenceFrame answers a member connection's presence frame with the
+// room's presence (its first page).
+func (c *conn) presenceFrame(ctx context.Context, cf *protocol.ClientFrame) {
+	c.mu.Lock()
+	member := c.x != nil && c.x.pres[cf.Room] != nil
+	c.mu.Unlock()
+	if !member {
+		c.replyRefused(cf.ID, protocol.ErrForbidden, "not in the presence of room "+cf.Room+" (join it first)")
+		return
+	}
+	p, err := c.n.ReadRoomPresence(ctx, cf.Room, "", presenceReadDefault)
+	if err != nil {
+		c.reply(cf.ID, err, 0)
+		return
+	}
+	if p.Clients == nil {
+		p.Clients = []PresenceClient{}
+	}
+	res, _ := json.Marshal(p)
+	b, err := protocol.EncodeReply(c.format, &protocol.Reply{Type: protocol.TypeReply, ID: cf.ID, OK: true, Result: res})
+	if err != nil {
+		return
+	}
+	c.send(c.dataFrame(b))
+}

@@ -1,0 +1,472 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/rooms"
+	"github.com/wsgate/wsgate/internal/upstream"
+	"github.com/wsgate/wsgate/protocol"
+)
+
+// Room presence (contract 19). A connection is in the presence of each
+// room it is subscribed to whose namespace tracks presence: it enters
+// when it subscribes (a join, or a connect of a member), leaves at its
+// leave or close, and a dead node's entries are removed by the survivors
+// within three heartbeat intervals (sweepDeadPresence).
+//
+// The node holding a connection makes its presence changes, one at a
+// time and in order per connection (runPresence), each one atomic step of
+// the backend (cluster.Presence), and tells the room's nodes of each
+// change that happened (joined, left). Every entry carries the room's
+// presence seq at its entry: a member that entered at seq S is told of the
+// entries above S (their joined, then their left) and of none below it,
+// which it learns from the presence list. So, for one conn_id, nobody sees
+// left before joined: both come from the connection's node in that order
+// (the bus keeps one sender's order), or left comes from a survivor three
+// heartbeat intervals after the node's last word. While a member's own
+// entry is being added (its seq unknown yet), the changes that arrive for
+// it wait in its connPres.
+
+// connPres is a connection's place in one room's presence; under c.mu.
+type connPres struct {
+	seq int64       // the entry's presence seq; 0 while its add is in flight
+	buf []presEvent // changes that arrived while the add was in flight
+}
+
+type presOp struct {
+	room  string
+	enter bool
+	cp    *connPres // enter: the entry it adds
+}
+
+// presEvent is a joined or left change of one entry.
+type presEvent struct {
+	room, user, conn string
+	join             bool
+	seq              int64
+	info             json.RawMessage
+}
+
+// SetRooms replaces the namespaces (a reload of the rooms file). Every
+// option takes effect at its next use: publish, echo, history bounds and
+// reliable at the next publish, max_members, scope and join_proxy at the
+// next join; presence and join_leave for connections that subscribe from
+// now on (a connection already in a room's presence stays in it until its
+// leave or close).
+func (n *Node) SetRooms(s *rooms.Set) { n.rooms.Store(s) }
+
+// ns returns the namespace of room.
+func (n *Node) ns(room string) *rooms.Namespace { return n.rooms.Load().Match(room) }
+
+func (n *Node) tracksPresence(room string) bool {
+	return n.pres != nil && n.ns(room).TracksPresence()
+}
+
+// presenceEnterUser and presenceLeaveUser apply a user's membership
+// change to its connections here.
+func (n *Node) presenceEnterUser(user, room string) {
+	if !n.tracksPresence(room) {
+		return
+	}
+	for _, c := range n.hub.userConns(user) {
+		n.presenceEnter(c, room)
+	}
+}
+
+func (n *Node) presenceLeaveUser(user, room string) {
+	if n.pres == nil {
+		return
+	}
+	for _, c := range n.hub.userConns(user) {
+		n.presenceLeave(c, room)
+	}
+}
+
+// presenceEnterRooms enters an opened connection in the presence of its
+// user's rooms (those joined meanwhile are entered by their join already).
+func (n *Node) presenceEnterRooms(c *conn) {
+	if n.pres == nil || n.rooms.Load() == nil {
+		return
+	}
+	for _, room := range n.hub.userRooms(c.user) {
+		if n.tracksPresence(room) {
+			n.presenceEnter(c, room)
+		}
+	}
+}
+
+func (n *Node) presenceEnter(c *conn, room string) {
+	c.mu.Lock()
+	if c.state >= stClosing || (c.x != nil && (c.x.presClosed || c.x.pres[room] != nil)) {
+		c.mu.Unlock()
+		return
+	}
+	x := c.extra()
+	if x.pres == nil {
+		x.pres = map[string]*connPres{}
+	}
+	cp := &connPres{}
+	x.pres[room] = cp
+	n.queuePresenceLocked(c, presOp{room: room, enter: true, cp: cp})
+}
+
+func (n *Node) presenceLeave(c *conn, room string) {
+	c.mu.Lock()
+	if c.x == nil || c.x.pres[room] == nil {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.x.pres, room) // no change of the room reaches it from now on
+	n.queuePresenceLocked(c, presOp{room: room})
+}
+
+// presenceClose takes an ended connection out of every room's presence.
+func (n *Node) presenceClose(c *conn) {
+	c.mu.Lock()
+	if c.x == nil || len(c.x.pres) == 0 {
+		if c.x != nil {
+			c.x.presClosed = true
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.x.presClosed = true
+	roomsIn := make([]string, 0, len(c.x.pres))
+	for room := range c.x.pres {
+		roomsIn = append(roomsIn, room)
+	}
+	slices.Sort(roomsIn)
+	clear(c.x.pres)
+	for _, room := range roomsIn {
+		c.x.presq = append(c.x.presq, presOp{room: room})
+	}
+	n.queuePresenceLocked(c, presOp{})
+}
+
+// queuePresenceLocked queues op (a zero op queues nothing) and starts the
+// connection's presence worker if none runs; it unlocks c.mu.
+func (n *Node) queuePresenceLocked(c *conn, op presOp) {
+	x := c.x
+	if op.room != "" {
+		x.presq = append(x.presq, op)
+	}
+	start := !x.presRunning && len(x.presq) > 0
+	x.presRunning = x.presRunning || start
+	c.mu.Unlock()
+	if start && !n.goFunc(func() { n.runPresence(c) }) {
+		c.mu.Lock()
+		x.presRunning = false
+		c.mu.Unlock()
+	}
+}
+
+// runPresence makes the connection's queued presence changes, in order.
+func (n *Node) runPresence(c *conn) {
+	for {
+		c.mu.Lock()
+		x := c.x
+		if len(x.presq) == 0 {
+			x.presRunning = false
+			c.dropIdleExtraLocked()
+			c.mu.Unlock()
+			return
+		}
+		op := x.presq[0]
+		x.presq = x.presq[1:]
+		c.mu.Unlock()
+		e := cluster.PresenceEntry{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, Device: c.deviceName()}
+		if op.enter {
+			e.Info = c.presenceInfo()
+			n.enterPresence(c, op, e)
+		} else {
+			n.leavePresence(op.room, e)
+		}
+	}
+}
+
+func (c *conn) presenceInfo() json.RawMessage {
+	c.mu.Lock()
+	var info json.RawMessage
+	if c.x != nil {
+		info = c.x.info
+	}
+	c.mu.Unlock()
+	if info == nil {
+		info = c.info() // takes c.mu
+	}
+	return info
+}
+
+// presenceTries bounds the attempts of one presence change while the
+// backend does not answer (each within the node's backend timeout).
+const presenceTries = 3
+
+func (n *Node) presenceCall(what string, fn func(ctx context.Context) (cluster.PresenceChange, error)) (cluster.PresenceChange, error) {
+	var err error
+	for i := range presenceTries {
+		if i > 0 {
+			select {
+			case <-n.ctx.Done():
+				return cluster.PresenceChange{}, err
+			case <-time.After(time.Duration(i) * 200 * time.Millisecond):
+			}
+		}
+		ctx, cancel := n.bctx(context.WithoutCancel(n.ctx))
+		start := time.Now()
+		var ch cluster.PresenceChange
+		ch, err = fn(ctx)
+		cancel()
+		n.observe("presence", start, err)
+		if err == nil {
+			return ch, nil
+		}
+	}
+	n.log.Warn("room presence change failed", "change", what, "err", err)
+	return cluster.PresenceChange{}, err
+}
+
+func (n *Node) enterPresence(c *conn, op presOp, e cluster.PresenceEntry) {
+	ch, err := n.presenceCall("enter", func(ctx context.Context) (cluster.PresenceChange, error) {
+		return n.pres.AddPresence(ctx, op.room, e)
+	})
+	c.mu.Lock()
+	if err != nil {
+		// The connection stays out of the room's presence; the leave
+		// that comes later removes nothing.
+		if c.x.pres[op.room] == op.cp {
+			delete(c.x.pres, op.room)
+		}
+		c.mu.Unlock()
+		return
+	}
+	op.cp.seq = ch.Seq
+	buf := op.cp.buf
+	op.cp.buf = nil
+	if c.x.pres[op.room] == op.cp {
+		for _, ev := range buf {
+			c.presenceEventLocked(op.cp, ev)
+		}
+	}
+	c.mu.Unlock()
+	if ch.Changed {
+		n.announcePresence(presEvent{room: op.room, user: e.User, conn: e.ConnID, join: true, seq: ch.Seq, info: e.Info}, ch)
+	}
+}
+
+func (n *Node) leavePresence(room string, e cluster.PresenceEntry) {
+	ch, err := n.presenceCall("leave", func(ctx context.Context) (cluster.PresenceChange, error) {
+		return n.pres.RemovePresence(ctx, room, e)
+	})
+	if err != nil {
+		// The entry stays until this node's list is swept: at the next
+		// heartbeat that reaches the backend (retryPresence).
+		n.presMu.Lock()
+		n.presRetry = append(n.presRetry, cluster.PresenceEntry{Room: room, User: e.User, ConnID: e.ConnID, Node: e.Node})
+		n.presMu.Unlock()
+		return
+	}
+	if ch.Changed {
+		n.announcePresence(presEvent{room: room, user: e.User, conn: e.ConnID, seq: ch.Seq}, ch)
+	}
+}
+
+// retryPresence removes the entries whose removal failed; called from the
+// heartbeat once it reached the backend.
+func (n *Node) retryPresence() {
+	n.presMu.Lock()
+	retry := n.presRetry
+	n.presRetry = nil
+	n.presMu.Unlock()
+	for _, e := range retry {
+		n.leavePresence(e.Room, e)
+	}
+}
+
+// announcePresence tells the room's members of a change: those here at
+// once, the other nodes holding members through the bus; and the
+// business of a room becoming occupied or vacated.
+func (n *Node) announcePresence(ev presEvent, ch cluster.PresenceChange) {
+	if n.events != nil {
+		switch {
+		case ev.join && ch.Counts.Conns == 1:
+			n.events.roomOccupancy("occupied", ev.room)
+		case !ev.join && ch.Counts.Conns == 0:
+			n.events.roomOccupancy("vacated", ev.room)
+		}
+	}
+	if !n.ns(ev.room).JoinLeave {
+		return
+	}
+	n.deliverPresence(ev)
+	ctx, cancel := n.bctx(context.WithoutCancel(n.ctx))
+	defer cancel()
+	start := time.Now()
+	nodes, err := n.backend.RoomNodes(ctx, ev.room)
+	n.observe("rooms", start, err)
+	if err != nil {
+		n.log.Warn("room members of other nodes not told of a presence change", "room", ev.room, "err", err)
+		return
+	}
+	nodes = slices.DeleteFunc(nodes, func(id string) bool { return id == n.cfg.NodeID })
+	if len(nodes) == 0 {
+		return
+	}
+	env := encodeEnvelope(envelope{Kind: kindPresence, Room: ev.room, User: ev.user, Conn: ev.conn, Join: ev.join, Seq: ev.seq}, ev.info)
+	if err := n.backend.Send(ctx, nodes, env); err != nil {
+		n.log.Warn("room members of other nodes not told of a presence change", "room", ev.room, "err", err)
+	}
+}
+
+// deliverPresence gives a change to the member connections here.
+func (n *Node) deliverPresence(ev presEvent) {
+	for _, c := range n.hub.roomConns(ev.room) {
+		c.mu.Lock()
+		if c.x != nil {
+			if cp := c.x.pres[ev.room]; cp != nil {
+				c.presenceEventLocked(cp, ev)
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *conn) presenceEventLocked(cp *connPres, ev presEvent) {
+	switch {
+	case cp.seq == 0:
+		cp.buf = append(cp.buf, ev)
+		return
+	case ev.seq <= cp.seq || ev.conn == c.connID():
+		return // entered before this member: it is in the list the member reads
+	}
+	typ := protocol.TypeLeft
+	var info json.RawMessage
+	if ev.join {
+		typ, info = protocol.TypeJoined, ev.info
+	}
+	b, err := protocol.EncodePresenceEvent(c.format, &protocol.PresenceEvent{Type: typ, Room: ev.room, User: ev.user, ConnID: ev.conn, Info: info})
+	if err != nil {
+		return
+	}
+	c.sendLocked(c.dataFrame(b))
+}
+
+// sweepDeadPresence removes the entries of nodes whose heartbeat stopped
+// (and this node's own from an earlier process with the same id): each
+// removal is made by one survivor, which tells the room's members.
+func (n *Node) sweepDeadPresence(ctx context.Context, nodes []cluster.NodeInfo) {
+	if n.pres == nil {
+		return
+	}
+	ids, err := n.pres.PresenceNodes(ctx)
+	if err != nil {
+		return
+	}
+	alive := map[string]bool{}
+	limit := n.staleAfter().Milliseconds()
+	now := time.Now().UnixMilli()
+	for _, x := range nodes {
+		if now-x.Heartbeat <= limit {
+			alive[x.ID] = true
+		}
+	}
+	for _, id := range ids {
+		self := id == n.cfg.NodeID
+		if alive[id] && !self {
+			continue
+		}
+		list, err := n.pres.NodePresence(ctx, id)
+		if err != nil {
+			return
+		}
+		swept := 0
+		for _, e := range list {
+			if self && strings.HasPrefix(e.ConnID, n.idPrefix) {
+				continue // this process's own connection
+			}
+			ch, err := n.pres.RemovePresence(ctx, e.Room, e)
+			if err != nil {
+				return
+			}
+			if ch.Changed {
+				swept++
+				n.announcePresence(presEvent{room: e.Room, user: e.User, conn: e.ConnID, seq: ch.Seq}, ch)
+			}
+		}
+		if !self {
+			if err := n.pres.DropNodePresence(ctx, id); err != nil {
+				return
+			}
+		}
+		if swept > 0 {
+			n.log.Info("removed a dead node's connections from room presence", "dead_node", id, "entries", swept)
+		}
+	}
+}
+
+// checkOwnPresence runs at each heartbeat: when this node's list of
+// entries is gone (the backend lost its data, or survivors took this node
+// for dead during a pause), the entries of its connections are written
+// again with their seqs. After a pause the members were told "left": they
+// are told "joined" again; after a data loss nobody was told anything, and
+// nothing is said.
+func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
+	if n.pres == nil {
+		return
+	}
+	type held struct {
+		c    *conn
+		room string
+		seq  int64
+	}
+	var mine []held
+	for _, c := range n.hub.all() {
+		c.mu.Lock()
+		if c.x != nil {
+			for room, cp := range c.x.pres {
+				if cp.seq > 0 {
+					mine = append(mine, held{c, room, cp.seq})
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	if len(mine) == 0 {
+		return
+	}
+	if !lost {
+		ids, err := n.pres.PresenceNodes(ctx)
+		if err != nil || slices.Contains(ids, n.cfg.NodeID) {
+			return
+		}
+	}
+	rebuilt := 0
+	for _, h := range mine {
+		e := cluster.PresenceEntry{User: h.c.user, ConnID: h.c.connID(), Node: n.cfg.NodeID, Device: h.c.deviceName(), Info: h.c.presenceInfo(), Seq: h.seq}
+		ch, err := n.pres.AddPresence(ctx, h.room, e)
+		if err != nil {
+			return
+		}
+		if ch.Changed {
+			rebuilt++
+			if !lost {
+				n.announcePresence(presEvent{room: h.room, user: e.User, conn: e.ConnID, join: true, seq: h.seq, info: e.Info}, ch)
+			}
+		}
+	}
+	if rebuilt > 0 {
+		n.log.Warn("room presence of this node's connections written again", "entries", rebuilt, "backend_lost_data", lost)
+	}
+}
+
+// roomOccupancy reports a room's presence becoming occupied or vacated.
+func (e *events) roomOccupancy(typ, room string) {
+	if e == nil || !e.on[typ] {
+		return
+	}
+	e.emit(upstream.Record{Type: typ, Room: room}, nil)
+}
