@@ -82,7 +82,7 @@ type Node struct {
 	pres      cluster.Presence          // room presence; nil when the backend has none
 	presMu    sync.Mutex
 	presRetry []cluster.PresenceEntry // entries whose removal failed, retried at the next heartbeat
-	metas    metaCache // connMeta shared by connections with the same grants
+	metas     metaCache               // connMeta shared by connections with the same grants
 
 	behindRunning atomic.Bool     // catchUpBehind is running
 	staleNodes    map[string]bool // nodes silent for staleAfter at the last cleanupDeadNodes (its goroutine only)
