@@ -58,6 +58,11 @@ type ServerFrame struct {
 
 	// expiring: the token's exp, Unix s
 	Exp int64 `json:"exp" msgpack:"exp"`
+
+	// joined, left (v3): the room; User and ConnID are the connection
+	// that entered or left its presence, Info (joined) its info.
+	Room string          `json:"room" msgpack:"room"`
+	Info json.RawMessage `json:"info" msgpack:"-"` // always JSON
 }
 
 // DecodeServer decodes one server frame in the given format. MessagePack
@@ -69,6 +74,7 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 			ServerFrame
 			Data   msgpack.RawMessage `msgpack:"data"`
 			Result msgpack.RawMessage `msgpack:"result"`
+			Info   msgpack.RawMessage `msgpack:"info"`
 			From   any                `msgpack:"from"`
 		}
 		if err := checkMsgpack(b); err != nil {
@@ -97,6 +103,13 @@ func DecodeServer(f Format, b []byte) (*ServerFrame, error) {
 				return nil, fmt.Errorf("invalid result in server frame: %w", err)
 			}
 			sf.Result = j
+		}
+		if len(raw.Info) > 0 {
+			j, err := MsgpackToJSON(raw.Info)
+			if err != nil {
+				return nil, fmt.Errorf("invalid info in server frame: %w", err)
+			}
+			sf.Info = j
 		}
 	} else {
 		raw := struct {

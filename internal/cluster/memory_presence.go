@@ -58,6 +58,7 @@ func (m *Memory) AddPresence(ctx context.Context, room string, e PresenceEntry) 
 	if cur, ok := r.conns[e.ConnID]; ok {
 		return PresenceChange{Seq: cur.Seq, Counts: p.counts(r), UserConns: r.users[cur.User]}, nil
 	}
+	p.seqs[room] = max(p.seqs[room], e.Floor)
 	if e.Seq > 0 {
 		p.seqs[room] = max(p.seqs[room], e.Seq)
 	} else {
@@ -90,7 +91,8 @@ func (m *Memory) RemovePresence(ctx context.Context, room string, e PresenceEntr
 	if r.users[cur.User]--; r.users[cur.User] <= 0 {
 		delete(r.users, cur.User)
 	}
-	ch := PresenceChange{Changed: true, Seq: cur.Seq, Counts: p.counts(r), UserConns: r.users[cur.User]}
+	p.seqs[room]++
+	ch := PresenceChange{Changed: true, Seq: cur.Seq, At: p.seqs[room], Counts: p.counts(r), UserConns: r.users[cur.User]}
 	if len(r.conns) == 0 {
 		delete(p.rooms, room)
 	}
@@ -144,6 +146,23 @@ func (m *Memory) RoomPresence(ctx context.Context, room, cursor string, limit in
 		next = strconv.Itoa(to)
 	}
 	return counts, out, next, nil
+}
+
+// PresenceSnapshot implements Presence.
+func (m *Memory) PresenceSnapshot(ctx context.Context, room string) (int64, []PresenceEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, nil, errClosed
+	}
+	p := m.presence()
+	var out []PresenceEntry
+	if r := p.rooms[room]; r != nil {
+		for _, e := range r.conns {
+			out = append(out, e)
+		}
+	}
+	return p.seqs[room], out, nil
 }
 
 // NodePresence implements Presence.

@@ -15,11 +15,11 @@ var ErrBadCursor = errors.New("cluster: bad cursor")
 // survivors cleaning up after a dead node, agree on whether an entry
 // changed and on the counts after it.
 //
-// Every entry has the room's presence seq at its entry (a counter of the
-// room that only grows): a member that entered at seq S learns of the
-// entries with a higher seq by their joined frames, and of the others
-// from the presence list, which is how the gateway keeps "left" from ever
-// coming before "joined" for one connection.
+// Every change moves the room's presence seq (a counter of the room that
+// only grows): an entry keeps the seq of its entry, a removal answers the
+// seq it moved the counter to, and PresenceSnapshot reads the entries with
+// the seq they are the state at. That is how the gateway orders the
+// changes a member is told of against what it read (presence.go).
 //
 // Memory and Redis implement it; the gateway uses it only for rooms whose
 // namespace tracks presence.
@@ -28,13 +28,16 @@ type Presence interface {
 	// left as it is (Changed false, its seq). e.Seq > 0 keeps that seq
 	// (a node rebuilding its entries after the backend lost them) and
 	// raises the room's counter to it; else the room's next seq is
-	// assigned. The node's list of its entries (NodePresence) has the
-	// entry before the room does.
+	// assigned; e.Floor raises the counter to at least it. The node's list
+	// of its entries (NodePresence) has the entry before the room does.
 	AddPresence(ctx context.Context, room string, e PresenceEntry) (PresenceChange, error)
 	// RemovePresence takes connID out of room's presence: Changed is true
 	// for exactly one caller, whatever the races, with the removed entry's
-	// seq. It also leaves the node's list.
+	// seq and the room's next seq (At). It also leaves the node's list.
 	RemovePresence(ctx context.Context, room string, e PresenceEntry) (PresenceChange, error)
+	// PresenceSnapshot reads every entry of room and the room's seq in
+	// one atomic step: the state after the changes up to that seq.
+	PresenceSnapshot(ctx context.Context, room string) (seq int64, entries []PresenceEntry, err error)
 	// RoomPresence answers the counts and, with limit > 0, up to about
 	// limit entries from cursor ("" = the start); next is "" at the end.
 	RoomPresence(ctx context.Context, room, cursor string, limit int) (counts PresenceCounts, entries []PresenceEntry, next string, err error)
@@ -55,6 +58,7 @@ type PresenceEntry struct {
 	Device string          `json:"device"`
 	Info   json.RawMessage `json:"info,omitempty"`
 	Seq    int64           `json:"-"`
+	Floor  int64           `json:"-"` // AddPresence: the room's seq is at least this afterwards
 }
 
 // PresenceCounts are a room's distinct users and connections present.
@@ -67,6 +71,7 @@ type PresenceCounts struct {
 type PresenceChange struct {
 	Changed bool  // the entry was added (was not there) or removed (was there)
 	Seq     int64 // the entry's presence seq
+	At      int64 // a removal's seq (the room's seq it moved to); 0 for an add
 	Counts  PresenceCounts
 	// UserConns is the user's connections present in the room after the
 	// change: 1 after an add is the user's arrival, 0 after a remove its

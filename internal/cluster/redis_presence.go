@@ -31,11 +31,14 @@ func (k redisKeys) roomPresSeq(room string) string   { return "{" + k.p + ":r:" 
 func (k redisKeys) nodePres(node string) string      { return "{" + k.p + ":pres:" + node + "}:conns" }
 func (k redisKeys) presNodes() string                { return "{" + k.p + ":pres}:nodes" }
 
-// Both scripts answer {changed, seq, users, connections, user's connections}.
+// Both scripts answer {changed, seq, users, connections, user's
+// connections, removal seq}.
 var scriptPresenceAdd = redis.NewScript(`
+local floor = tonumber(ARGV[5])
+if floor > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], floor) end
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if cur then
-  return {0, tonumber(string.match(cur, '^(%d+)|')), redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')}
+  return {0, tonumber(string.match(cur, '^(%d+)|')), redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0'), 0}
 end
 local seq = tonumber(ARGV[4])
 if seq > 0 then
@@ -45,30 +48,35 @@ else
 end
 redis.call('HSET', KEYS[1], ARGV[1], seq .. '|' .. ARGV[3])
 local uc = redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
-return {1, seq, redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), uc}
+return {1, seq, redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), uc, 0}
 `)
 
 var scriptPresenceRemove = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then
-  return {0, 0, redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')}
+  return {0, 0, redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0'), 0}
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 local uc = redis.call('HINCRBY', KEYS[2], ARGV[2], -1)
 if uc <= 0 then redis.call('HDEL', KEYS[2], ARGV[2]); uc = 0 end
-return {1, tonumber(string.match(cur, '^(%d+)|')), redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), uc}
+local at = redis.call('INCR', KEYS[3])
+return {1, tonumber(string.match(cur, '^(%d+)|')), redis.call('HLEN', KEYS[2]), redis.call('HLEN', KEYS[1]), uc, at}
+`)
+
+var scriptPresenceSnapshot = redis.NewScript(`
+return {tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('HGETALL', KEYS[1])}
 `)
 
 func presenceChange(v any) (PresenceChange, error) {
 	parts, _ := v.([]any)
-	if len(parts) != 5 {
+	if len(parts) != 6 {
 		return PresenceChange{}, fmt.Errorf("cluster: redis presence: unexpected reply %v", v)
 	}
-	n := make([]int64, 5)
+	n := make([]int64, 6)
 	for i, p := range parts {
 		n[i], _ = p.(int64)
 	}
-	return PresenceChange{Changed: n[0] == 1, Seq: n[1], Counts: PresenceCounts{Users: n[2], Conns: n[3]}, UserConns: n[4]}, nil
+	return PresenceChange{Changed: n[0] == 1, Seq: n[1], Counts: PresenceCounts{Users: n[2], Conns: n[3]}, UserConns: n[4], At: n[5]}, nil
 }
 
 // AddPresence implements Presence.
@@ -89,7 +97,7 @@ func (r *Redis) AddPresence(ctx context.Context, room string, e PresenceEntry) (
 		return PresenceChange{}, err
 	}
 	v, err := r.evalOne(ctx, "presence", scriptPresenceAdd,
-		[]string{r.k.roomPres(room), r.k.roomPresUsers(room), r.k.roomPresSeq(room)}, e.ConnID, e.User, body, e.Seq)
+		[]string{r.k.roomPres(room), r.k.roomPresUsers(room), r.k.roomPresSeq(room)}, e.ConnID, e.User, body, e.Seq, e.Floor)
 	if err != nil {
 		return PresenceChange{}, err
 	}
@@ -143,6 +151,17 @@ func (r *Redis) RoomPresence(ctx context.Context, room, cursor string, limit int
 		return counts, nil, "", nil
 	}
 	kv, next := scan.Val()
+	out := parsePresence(room, kv)
+	nextCursor := ""
+	if next != 0 {
+		nextCursor = strconv.FormatUint(next, 10)
+	}
+	return counts, out, nextCursor, nil
+}
+
+// parsePresence reads HSCAN's or HGETALL's field-value list of a room's
+// presence hash.
+func parsePresence(room string, kv []string) []PresenceEntry {
 	out := make([]PresenceEntry, 0, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
 		seq, body, ok := strings.Cut(kv[i+1], "|")
@@ -154,11 +173,27 @@ func (r *Redis) RoomPresence(ctx context.Context, room, cursor string, limit int
 		e.Seq, _ = strconv.ParseInt(seq, 10, 64)
 		out = append(out, e)
 	}
-	nextCursor := ""
-	if next != 0 {
-		nextCursor = strconv.FormatUint(next, 10)
+	return out
+}
+
+// PresenceSnapshot implements Presence.
+func (r *Redis) PresenceSnapshot(ctx context.Context, room string) (int64, []PresenceEntry, error) {
+	v, err := r.evalOne(ctx, "presence", scriptPresenceSnapshot, []string{r.k.roomPres(room), r.k.roomPresSeq(room)})
+	if err != nil {
+		return 0, nil, err
 	}
-	return counts, out, nextCursor, nil
+	parts, _ := v.([]any)
+	if len(parts) != 2 {
+		return 0, nil, fmt.Errorf("cluster: redis presence snapshot: unexpected reply %T", v)
+	}
+	seq, _ := parts[0].(int64)
+	raw, _ := parts[1].([]any)
+	kv := make([]string, 0, len(raw))
+	for _, x := range raw {
+		s, _ := x.(string)
+		kv = append(kv, s)
+	}
+	return seq, parsePresence(room, kv), nil
 }
 
 // NodePresence implements Presence.

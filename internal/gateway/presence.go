@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -22,20 +23,35 @@ import (
 // The node holding a connection makes its presence changes, one at a
 // time and in order per connection (runPresence), each one atomic step of
 // the backend (cluster.Presence), and tells the room's nodes of each
-// change that happened (joined, left). Every entry carries the room's
-// presence seq at its entry: a member that entered at seq S is told of the
-// entries above S (their joined, then their left) and of none below it,
-// which it learns from the presence list. So, for one conn_id, nobody sees
-// left before joined: both come from the connection's node in that order
-// (the bus keeps one sender's order), or left comes from a survivor three
-// heartbeat intervals after the node's last word. While a member's own
-// entry is being added (its seq unknown yet), the changes that arrive for
-// it wait in its connPres.
+// change that happened (joined, left).
+//
+// With join_leave, each member is told of every other connection's joined
+// before its left, and of all of them: its view (the frames it got)
+// always ends equal to the room's presence. Every change moves the room's
+// presence seq. A connection entering at seq S then reads a snapshot of
+// the room, the state at seq R >= S, and is told joined for each entry of
+// the snapshot below S (the room as it found it). After that it is told:
+//   - joined of an entry with seq > S (entered after it: its joined is
+//     sent to the room's nodes after its add, and this node's interest in
+//     the room was stored before this connection's add);
+//   - left of an entry with seq > S (whose joined it was told), or
+//     removed at a seq > R (present in the snapshot, so told in it).
+//
+// Other changes are ones it was not told of and never will be. Joined and
+// left of one entry come from the connection's node in that order (the
+// bus keeps one sender's order), or left comes from a survivor three
+// heartbeat intervals after the node's last word. While the entry is added
+// and the snapshot read, changes that arrive wait in its connPres. The
+// cost: a connection entering a join_leave room reads the whole presence
+// once and gets one joined per connection present, the same order as the
+// fan-out of its own joined to every member.
 
 // connPres is a connection's place in one room's presence; under c.mu.
 type connPres struct {
-	seq int64       // the entry's presence seq; 0 while its add is in flight
-	buf []presEvent // changes that arrived while the add was in flight
+	seq   int64       // the entry's presence seq (S)
+	read  int64       // the seq of the snapshot it was told (R)
+	ready bool        // seq and read are known; until then changes wait in buf
+	buf   []presEvent // changes that arrived before ready
 }
 
 type presOp struct {
@@ -48,7 +64,8 @@ type presOp struct {
 type presEvent struct {
 	room, user, conn string
 	join             bool
-	seq              int64
+	seq              int64 // the entry's seq
+	at               int64 // left: the removal's seq
 	info             json.RawMessage
 }
 
@@ -234,6 +251,19 @@ func (n *Node) enterPresence(c *conn, op presOp, e cluster.PresenceEntry) {
 	ch, err := n.presenceCall("enter", func(ctx context.Context) (cluster.PresenceChange, error) {
 		return n.pres.AddPresence(ctx, op.room, e)
 	})
+	read, snap := ch.Seq, []cluster.PresenceEntry(nil)
+	if err == nil && n.ns(op.room).JoinLeave {
+		_, err = n.presenceCall("snapshot", func(ctx context.Context) (cluster.PresenceChange, error) {
+			var err error
+			read, snap, err = n.pres.PresenceSnapshot(ctx, op.room)
+			return cluster.PresenceChange{}, err
+		})
+		if err != nil {
+			// Out of the presence again, rather than in it with members
+			// told of it while it was told of nobody.
+			n.leavePresence(op.room, e)
+		}
+	}
 	c.mu.Lock()
 	if err != nil {
 		// The connection stays out of the room's presence; the leave
@@ -244,12 +274,20 @@ func (n *Node) enterPresence(c *conn, op presOp, e cluster.PresenceEntry) {
 		c.mu.Unlock()
 		return
 	}
-	op.cp.seq = ch.Seq
-	buf := op.cp.buf
-	op.cp.buf = nil
-	if c.x.pres[op.room] == op.cp {
+	cp := op.cp
+	cp.seq, cp.read, cp.ready = ch.Seq, read, true
+	buf := cp.buf
+	cp.buf = nil
+	if c.x.pres[op.room] == cp {
+		slices.SortFunc(snap, func(a, b cluster.PresenceEntry) int { return cmp.Compare(a.Seq, b.Seq) })
+		self := c.connID()
+		for _, s := range snap {
+			if s.Seq < cp.seq && s.ConnID != self {
+				c.presenceFrameLocked(protocol.TypeJoined, op.room, s.User, s.ConnID, s.Info)
+			}
+		}
 		for _, ev := range buf {
-			c.presenceEventLocked(op.cp, ev)
+			c.presenceEventLocked(cp, ev)
 		}
 	}
 	c.mu.Unlock()
@@ -271,7 +309,7 @@ func (n *Node) leavePresence(room string, e cluster.PresenceEntry) {
 		return
 	}
 	if ch.Changed {
-		n.announcePresence(presEvent{room: room, user: e.User, conn: e.ConnID, seq: ch.Seq}, ch)
+		n.announcePresence(presEvent{room: room, user: e.User, conn: e.ConnID, seq: ch.Seq, at: ch.At}, ch)
 	}
 }
 
@@ -316,7 +354,7 @@ func (n *Node) announcePresence(ev presEvent, ch cluster.PresenceChange) {
 	if len(nodes) == 0 {
 		return
 	}
-	env := encodeEnvelope(envelope{Kind: kindPresence, Room: ev.room, User: ev.user, Conn: ev.conn, Join: ev.join, Seq: ev.seq}, ev.info)
+	env := encodeEnvelope(envelope{Kind: kindPresence, Room: ev.room, User: ev.user, Conn: ev.conn, Join: ev.join, Seq: ev.seq, At: ev.at}, ev.info)
 	if err := n.backend.Send(ctx, nodes, env); err != nil {
 		n.log.Warn("room members of other nodes not told of a presence change", "room", ev.room, "err", err)
 	}
@@ -335,20 +373,22 @@ func (n *Node) deliverPresence(ev presEvent) {
 	}
 }
 
+// presenceEventLocked tells the member connection of a change, or not
+// (see the rules at the top of the file).
 func (c *conn) presenceEventLocked(cp *connPres, ev presEvent) {
 	switch {
-	case cp.seq == 0:
+	case !cp.ready:
 		cp.buf = append(cp.buf, ev)
-		return
-	case ev.seq <= cp.seq || ev.conn == c.connID():
-		return // entered before this member: it is in the list the member reads
+	case ev.conn == c.connID():
+	case ev.join && ev.seq > cp.seq:
+		c.presenceFrameLocked(protocol.TypeJoined, ev.room, ev.user, ev.conn, ev.info)
+	case !ev.join && (ev.seq > cp.seq || ev.at > cp.read):
+		c.presenceFrameLocked(protocol.TypeLeft, ev.room, ev.user, ev.conn, nil)
 	}
-	typ := protocol.TypeLeft
-	var info json.RawMessage
-	if ev.join {
-		typ, info = protocol.TypeJoined, ev.info
-	}
-	b, err := protocol.EncodePresenceEvent(c.format, &protocol.PresenceEvent{Type: typ, Room: ev.room, User: ev.user, ConnID: ev.conn, Info: info})
+}
+
+func (c *conn) presenceFrameLocked(typ, room, user, connID string, info json.RawMessage) {
+	b, err := protocol.EncodePresenceEvent(c.format, &protocol.PresenceEvent{Type: typ, Room: room, User: user, ConnID: connID, Info: info})
 	if err != nil {
 		return
 	}
@@ -394,7 +434,7 @@ func (n *Node) sweepDeadPresence(ctx context.Context, nodes []cluster.NodeInfo) 
 			}
 			if ch.Changed {
 				swept++
-				n.announcePresence(presEvent{room: e.Room, user: e.User, conn: e.ConnID, seq: ch.Seq}, ch)
+				n.announcePresence(presEvent{room: e.Room, user: e.User, conn: e.ConnID, seq: ch.Seq, at: ch.At}, ch)
 			}
 		}
 		if !self {
@@ -409,11 +449,12 @@ func (n *Node) sweepDeadPresence(ctx context.Context, nodes []cluster.NodeInfo) 
 }
 
 // checkOwnPresence runs at each heartbeat: when this node's list of
-// entries is gone (the backend lost its data, or survivors took this node
-// for dead during a pause), the entries of its connections are written
-// again with their seqs. After a pause the members were told "left": they
-// are told "joined" again; after a data loss nobody was told anything, and
-// nothing is said.
+// entries is gone, the entries of its connections are written again.
+// After a data loss of the backend nobody was told anything: each entry
+// gets its seq back, and the room's seq is raised above every seq this
+// node's connections know, so that later changes order after them. After
+// survivors took this node for dead during a pause, the members were told
+// "left": each entry is a new one, told "joined".
 func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
 	if n.pres == nil {
 		return
@@ -424,12 +465,14 @@ func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
 		seq  int64
 	}
 	var mine []held
+	floor := map[string]int64{}
 	for _, c := range n.hub.all() {
 		c.mu.Lock()
 		if c.x != nil {
 			for room, cp := range c.x.pres {
-				if cp.seq > 0 {
+				if cp.ready {
 					mine = append(mine, held{c, room, cp.seq})
+					floor[room] = max(floor[room], cp.seq, cp.read)
 				}
 			}
 		}
@@ -446,7 +489,10 @@ func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
 	}
 	rebuilt := 0
 	for _, h := range mine {
-		e := cluster.PresenceEntry{User: h.c.user, ConnID: h.c.connID(), Node: n.cfg.NodeID, Device: h.c.deviceName(), Info: h.c.presenceInfo(), Seq: h.seq}
+		e := cluster.PresenceEntry{User: h.c.user, ConnID: h.c.connID(), Node: n.cfg.NodeID, Device: h.c.deviceName(), Info: h.c.presenceInfo()}
+		if lost {
+			e.Seq, e.Floor = h.seq, floor[h.room]
+		}
 		ch, err := n.pres.AddPresence(ctx, h.room, e)
 		if err != nil {
 			return
@@ -454,7 +500,7 @@ func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
 		if ch.Changed {
 			rebuilt++
 			if !lost {
-				n.announcePresence(presEvent{room: h.room, user: e.User, conn: e.ConnID, join: true, seq: h.seq, info: e.Info}, ch)
+				n.announcePresence(presEvent{room: h.room, user: e.User, conn: e.ConnID, join: true, seq: ch.Seq, info: e.Info}, ch)
 			}
 		}
 	}

@@ -122,7 +122,9 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 			if join {
 				n.followLocal(user, room, roomSeq, except, since)
 				added, _ := n.hub.join(user, room)
-				n.presenceEnterUser(user, room)
+				if !added {
+					n.presenceEnterUser(user, room)
+				}
 				if added {
 					// The first local member: what was appended between
 					// the join and the interest did not come to this node.
@@ -132,6 +134,9 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 					// this user shows as a hole at the next one, or to the
 					// catch-up checks.)
 					n.declareInterest([]string{room}) // a failure is repaired by the heartbeat's
+					// Entered after the interest: the joined of a later
+					// entry is sent to the room's nodes read after it.
+					n.presenceEnterUser(user, room)
 					start = time.Now()
 					seqs, err := n.backend.RoomSeqs(ctx, []string{room})
 					n.observe("room_seqs", start, err)

@@ -55,11 +55,24 @@ func testPresenceCounts(t *testing.T, b cluster.Backend) {
 		t.Fatalf("another room has its own seq: %+v", ch)
 	}
 	ch = need[cluster.PresenceChange](t)(p.RemovePresence(ctx, "r", entry("a", "a1", "n1")))
-	if !ch.Changed || ch.Seq != 1 || ch.Counts != (cluster.PresenceCounts{Users: 2, Conns: 2}) || ch.UserConns != 1 {
-		t.Fatalf("remove a1: %+v", ch)
+	if !ch.Changed || ch.Seq != 1 || ch.At != 4 || ch.Counts != (cluster.PresenceCounts{Users: 2, Conns: 2}) || ch.UserConns != 1 {
+		t.Fatalf("remove a1: %+v, want seq 1 at 4", ch)
+	}
+	seq, snap, err := p.PresenceSnapshot(ctx, "r")
+	must(t, err)
+	var ids []string
+	for _, e := range snap {
+		ids = append(ids, fmt.Sprintf("%s/%s/%d", e.ConnID, e.Node, e.Seq))
+	}
+	slices.Sort(ids)
+	if seq != 4 || !slices.Equal(ids, []string{"a2/n2/2", "b1/n1/3"}) {
+		t.Fatalf("snapshot: seq %d, %v; want 4, [a2/n2/2 b1/n1/3]", seq, ids)
+	}
+	if again := need[cluster.PresenceChange](t)(p.RemovePresence(ctx, "r", entry("a", "a1", "n1"))); again.Changed || again.At != 0 {
+		t.Fatalf("remove a1 again: %+v, want unchanged", again)
 	}
 	ch = need[cluster.PresenceChange](t)(p.RemovePresence(ctx, "r", entry("a", "a2", "n2")))
-	if !ch.Changed || ch.Counts != (cluster.PresenceCounts{Users: 1, Conns: 1}) || ch.UserConns != 0 {
+	if !ch.Changed || ch.At != 5 || ch.Counts != (cluster.PresenceCounts{Users: 1, Conns: 1}) || ch.UserConns != 0 {
 		t.Fatalf("remove a2, the user's last: %+v", ch)
 	}
 	counts, list, next, err := p.RoomPresence(ctx, "r", "", 100)
@@ -72,9 +85,17 @@ func testPresenceCounts(t *testing.T, b cluster.Backend) {
 		t.Fatalf("empty room: %+v", counts)
 	}
 	// The seq goes on from where it was: a new entry is newer than every
-	// entry the room ever had.
-	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", entry("c", "c1", "n1"))); ch.Seq != 4 {
-		t.Fatalf("after the room emptied: seq %d, want 4", ch.Seq)
+	// change the room ever had.
+	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", entry("c", "c1", "n1"))); ch.Seq != 7 {
+		t.Fatalf("after the room emptied: seq %d, want 7", ch.Seq)
+	}
+	floor := entry("d", "d1", "n1")
+	floor.Seq, floor.Floor = 3, 20
+	if ch := need[cluster.PresenceChange](t)(p.AddPresence(ctx, "r", floor)); ch.Seq != 3 {
+		t.Fatalf("rebuilt entry with a floor: %+v", ch)
+	}
+	if seq, _, _ := p.PresenceSnapshot(ctx, "r"); seq != 20 {
+		t.Fatalf("after a floor of 20: the room's seq is %d", seq)
 	}
 }
 
