@@ -475,7 +475,7 @@ func (n *Node) catchUpBehindOnce() error {
 		for i, u := range part {
 			for _, c := range byUser[u] {
 				c.mu.Lock()
-				behind := c.state == stOpen && c.lastSeq < lasts[i]
+				behind := c.state == stOpen && c.sess.Pos(nil) < lasts[i]
 				c.mu.Unlock()
 				if !behind {
 					continue
@@ -521,7 +521,7 @@ func (n *Node) roomsBehindOnce(sem chan struct{}, wg *sync.WaitGroup) error {
 					// was plain (every join path starts a stream for a
 					// reliable room before the index has the member):
 					// every seq is owed, from 1, as in deliverLocked.
-					if rs := c.roomStreamLocked(room, 0); rs.last < seqs[i] {
+					if rs := c.sess.Follow(room, 0); c.sess.Pos(rs) < seqs[i] {
 						s = rs
 					}
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/session"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -86,7 +87,8 @@ type conn struct {
 	exp          int64 // Unix s, token expiry (0: none)
 	pendingSince int64 // Unix s of the first short write still pending (0: none)
 	closingSince int64 // Unix s
-	lastSeq      int64 // highest reliable seq queued on this connection
+
+	sess session.Session[*delivery] // the reliable streams: positions, held messages, catch-ups
 
 	rate      auth.Bucket // inbound frame rate (loop goroutine)
 	rateSec   int64       // second of rateCount
@@ -162,8 +164,7 @@ type connMeta struct {
 
 // connExtra holds what only a busy or unusual connection needs; under mu.
 type connExtra struct {
-	inq  []*protocol.ClientFrame // frames waiting for the inbound goroutine
-	held []*delivery             // live deliveries held while resuming, in arrival order
+	inq []*protocol.ClientFrame // frames waiting for the inbound goroutine
 
 	sendq   []queuedSend // send frames waiting for the sink, in frame order (upstream.go)
 	sending bool         // a send worker is running
@@ -178,9 +179,6 @@ type connExtra struct {
 	// handshake's stay in meta, which never changes.
 	refreshed bool
 	claims    *auth.Claims
-
-	inbox stream             // the user's inbox (its position is conn.lastSeq)
-	rooms map[string]*stream // the reliable rooms the connection follows, by name
 
 	room chan struct{} // closed when the queue drains (a catch-up waits for room)
 
@@ -199,21 +197,6 @@ type connExtra struct {
 	closeReason string
 }
 
-// stream is one reliable sequence of a connection: the user's inbox or a
-// reliable room. Each has its own position and its own catch-up (see
-// catchUp in deliver.go); under mu.
-type stream struct {
-	room string // "" for the inbox
-	last int64  // a room's position: the highest seq queued (the inbox's is conn.lastSeq)
-
-	catchUp  bool                   // a catch-up goroutine is filling the sequence
-	needRead bool                   // a message is missing: read the inbox or history
-	since    int64                  // Unix s catch-up began (the sweep bounds it)
-	readTo   int64                  // last seq at the last read: every seq up to it was read, reported as a gap or acknowledged
-	pending  []cluster.InboxMessage // read, not queued yet
-	held     []*delivery            // live messages held while catching up, in arrival order
-}
-
 func (c *conn) extra() *connExtra {
 	if c.x == nil {
 		c.x = &connExtra{}
@@ -228,19 +211,15 @@ func (c *conn) dropIdleExtraLocked() {
 	if x := c.x; x != nil && x.idle() {
 		c.x = nil
 	}
+	c.sess.Compact()
 }
 
 // idle reports whether x holds nothing a new connExtra would not.
 func (x *connExtra) idle() bool {
-	return len(x.inq) == 0 && len(x.held) == 0 && len(x.sendq) == 0 && !x.sending && x.sendBlock == "" && x.rpcs == 0 &&
-		!x.refreshed && x.claims == nil && x.inbox.idle() && len(x.rooms) == 0 && x.room == nil &&
+	return len(x.inq) == 0 && len(x.sendq) == 0 && !x.sending && x.sendBlock == "" && x.rpcs == 0 &&
+		!x.refreshed && x.claims == nil && x.room == nil &&
 		x.info == nil && !x.lifeUp && x.closeCode == 0 && x.closeReason == "" &&
 		len(x.pres) == 0 && len(x.presq) == 0 && !x.presRunning && !x.presClosed
-}
-
-func (s *stream) idle() bool {
-	return s.room == "" && s.last == 0 && !s.catchUp && !s.needRead && s.since == 0 && s.readTo == 0 &&
-		len(s.pending) == 0 && len(s.held) == 0
 }
 
 func (c *conn) logger() *slog.Logger {
@@ -522,7 +501,7 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 	c.closingSince = time.Now().Unix()
 	c.n.metrics.Closes.WithLabelValues(closeLabel(code)).Inc()
 	c.outq = append(c.outq, c.closeFrame(code, reason))
-	c.dropHeldLocked()
+	c.sess.Close()
 	c.wakeCatchUpLocked()
 	if code == protocol.CloseSlowConsumer && !wasResuming {
 		// Its close frame may wait long for the socket: the connection
@@ -563,7 +542,7 @@ func (c *conn) teardownLocked(why string) {
 		unix.Close(c.fd)
 	}
 	c.outq, c.wbuf, c.lat = nil, nil, nil
-	c.dropHeldLocked() // queued acks (inq) still run: see runInbound
+	c.sess.Close() // queued acks (inq) still run: see runInbound
 	c.wakeCatchUpLocked()
 	c.logger().Debug("connection ended", "why", why)
 	// Everything else outside the lock, off this goroutine.

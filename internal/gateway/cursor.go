@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -38,18 +39,18 @@ const maxCursor = 16 << 10
 func (c *conn) cursorLocked() string {
 	b := make([]byte, 0, 16)
 	b = append(b, cursorVersion)
-	b = binary.AppendUvarint(b, uint64(max(c.lastSeq, 0)))
-	if c.x != nil && len(c.x.rooms) > 0 {
-		names := make([]string, 0, len(c.x.rooms))
-		for name := range c.x.rooms {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			b = binary.AppendUvarint(b, uint64(len(name)))
-			b = append(b, name...)
-			b = binary.AppendUvarint(b, uint64(max(c.x.rooms[name].last, 0)))
-		}
+	b = binary.AppendUvarint(b, uint64(max(c.sess.Pos(nil), 0)))
+	type roomPos struct {
+		name string
+		pos  int64
+	}
+	var rooms []roomPos
+	c.sess.Rooms(func(s *stream, pos int64) { rooms = append(rooms, roomPos{s.Room(), pos}) })
+	slices.SortFunc(rooms, func(a, b roomPos) int { return strings.Compare(a.name, b.name) })
+	for _, r := range rooms {
+		b = binary.AppendUvarint(b, uint64(len(r.name)))
+		b = append(b, r.name...)
+		b = binary.AppendUvarint(b, uint64(max(r.pos, 0)))
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
 }

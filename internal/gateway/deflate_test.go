@@ -542,7 +542,7 @@ func TestDeflateIdleState(t *testing.T) {
 	if len(c.outq) != 0 || c.wbuf != nil || c.rbuf != nil || c.frag != nil || len(c.lat) != 0 {
 		t.Fatalf("an idle deflate connection holds data: outq %d wbuf %d rbuf %d frag %v lat %d", len(c.outq), cap(c.wbuf), cap(c.rbuf), c.frag != nil, len(c.lat))
 	}
-	if c.x != nil && (len(c.x.inq) > 0 || len(c.x.held) > 0) {
+	if (c.x != nil && len(c.x.inq) > 0) || c.sess.Holding() > 0 {
 		t.Fatalf("an idle deflate connection holds frames: %+v", c.x)
 	}
 }

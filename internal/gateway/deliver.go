@@ -9,6 +9,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/metrics"
+	"github.com/wsgate/wsgate/internal/session"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -129,25 +130,32 @@ func (c *conn) deliver(d *delivery) {
 	}
 }
 
+// Seq is the message's seq, 0 when it is not reliable (session.Message).
+func (d *delivery) Seq() int64 { return d.seq }
+
+// Room is the reliable room whose seq the message has, "" for the inbox
+// (session.Message).
+func (d *delivery) Room() string { return d.room }
+
+// stream is one reliable sequence of a connection: the user's inbox or a
+// reliable room (internal/session).
+type stream = session.Stream[*delivery]
+
 // deliverLocked queues d and returns true when a (non-reliable) notify
 // message must wait for room.
 //
-// Reliable messages follow their stream's position (the user's inbox, or
-// the reliable room the message belongs to): the highest seq of that
-// stream actually queued for the socket, which nothing else moves. A seq
-// at or below it is a duplicate (replay and live overlap, two routes) and
-// is dropped; position+1 is queued if the queue has room. Anything else
-// (a seq beyond position+1: a message still on its way or lost by the
-// bus; a full queue, whatever the class) puts the stream into catch-up
-// mode, which holds the stream's later live messages and fills its
-// sequence in order (catchUp). Only a chat message that finds the queue
-// full closes the connection instead (4008: resume brings the rest), as
-// the class says (contract 4.5).
+// Reliable messages follow their stream's position in the connection's
+// session (internal/session): a duplicate is dropped, the next one is
+// queued if the queue has room, anything else puts the stream into
+// catch-up (catchUp). A full queue leaves the message's class to decide:
+// only a chat message closes the connection (4008: resume brings the
+// rest), as the class says (contract 4.5); the live delivery of the
+// others is skipped, not the message, which the catch-up queues once
+// there is room.
 func (c *conn) deliverLocked(d *delivery) bool {
 	switch c.state {
 	case stResuming:
-		x := c.extra()
-		x.held = append(x.held, d)
+		c.sess.Hold(d)
 		return false
 	case stClosing, stClosed:
 		return false
@@ -155,35 +163,11 @@ func (c *conn) deliverLocked(d *delivery) bool {
 	if d.seq == 0 {
 		return c.queueLiveLocked(d)
 	}
-	var s *stream // nil: the inbox of a connection never caught up
-	if d.room != "" {
-		// A reliable room the connection does not follow yet was plain
-		// (seq 0) when it followed the room (at connect, join, or a
-		// membership from another node, which all start a stream for a
-		// reliable room): every seq of it is owed, from 1, also when
-		// the first ones reach the node after a later one. Unless the
-		// user left the room since this delivery found the member.
-		if s = c.followedLocked(d.room); s == nil {
-			return false
-		}
-	} else if c.x != nil {
-		s = &c.x.inbox
-	}
-	if s != nil && s.catchUp {
-		c.holdLocked(s, d)
-		return false
-	}
-	pos := c.posLocked(s)
-	if d.seq <= *pos {
-		return false
-	}
-	if d.seq > *pos+1 {
-		c.startCatchUpLocked(c.orInbox(s), d, true)
-		return false
-	}
-	if c.roomLocked() {
-		c.queueReliableLocked(s, d)
+	switch c.sess.Deliver(c.driver(), d) {
+	case session.Queued:
 		c.kickLocked()
+		return false
+	case session.Taken:
 		return false
 	}
 	c.n.metrics.SendQueueFull.Inc()
@@ -197,133 +181,90 @@ func (c *conn) deliverLocked(d *delivery) bool {
 		c.closeLocked(protocol.CloseSlowConsumer)
 		return false
 	}
-	// The live delivery is skipped, not the message: catch-up queues it
-	// once there is room, before anything later.
-	c.startCatchUpLocked(c.orInbox(s), d, false)
+	c.sess.Defer(c.driver(), d)
 	return false
 }
 
-// posLocked is the position of stream s (nil: the inbox).
-func (c *conn) posLocked(s *stream) *int64 {
-	if s == nil || s.room == "" {
-		return &c.lastSeq
+// connDriver is the connection as its session's driver
+// (session.Driver): its methods run under c.mu.
+type connDriver conn
+
+func (c *conn) driver() *connDriver { return (*connDriver)(c) }
+
+func (dr *connDriver) Room() bool { return (*conn)(dr).roomLocked() }
+
+func (dr *connDriver) Member(room string) bool { return dr.n.hub.member(dr.user, room) }
+
+func (dr *connDriver) Now() int64 { return time.Now().Unix() }
+
+func (dr *connDriver) HeldMax(s *stream) int { return (*conn)(dr).heldMax(s) }
+
+// QueueLive queues reliable d, next in its stream s (nil: the inbox). A
+// message that cannot be expressed in the connection's format is
+// skipped (counted).
+func (dr *connDriver) QueueLive(s *stream, d *delivery) {
+	c := (*conn)(dr)
+	fr := d.frameFor(c)
+	if c.tp == tpSSE {
+		fr = c.reliableFrameLocked(d.msgJSON)
 	}
-	return &s.last
+	if fr == nil {
+		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
+		return
+	}
+	c.outq = append(c.outq, fr)
+	c.markLocked(fr, d.pubAt)
+	c.n.metrics.Delivered.Inc()
 }
 
-// orInbox is s, or the inbox stream when s is nil.
-func (c *conn) orInbox(s *stream) *stream {
-	if s == nil {
-		return &c.extra().inbox
+// QueueStored queues one message read from the inbox or a room's history.
+func (dr *connDriver) QueueStored(s *stream, m session.Stored) {
+	c := (*conn)(dr)
+	b, err := c.n.inboxPayload(c.format, m)
+	if err != nil {
+		c.logger().Warn("unreadable stored message skipped", "room", s.Room(), "seq", m.Seq, "err", err)
+		return
 	}
-	return s
+	fr := c.dataFrame(b)
+	if c.tp == tpSSE {
+		fr = c.reliableFrameLocked(b)
+	}
+	c.outq = append(c.outq, fr)
+	c.n.metrics.Delivered.Inc()
 }
 
-// roomStreamLocked returns the connection's stream of a reliable room,
-// starting it at base when the connection did not follow the room yet.
-func (c *conn) roomStreamLocked(room string, base int64) *stream {
-	x := c.extra()
-	s := x.rooms[room]
-	if s == nil {
-		if x.rooms == nil {
-			x.rooms = map[string]*stream{}
-		}
-		s = &stream{room: room, last: max(base, 0)}
-		x.rooms[room] = s
-	}
-	return s
+func (dr *connDriver) QueueGap(s *stream, from, to int64) {
+	c := (*conn)(dr)
+	c.outq = append(c.outq, c.gapFrameLocked(s, from, to))
 }
 
-// followedLocked is the connection's stream of a reliable room its user
-// is a member of, started at 0 when it has none yet (see deliverLocked);
-// nil when the user is no member (left the room).
-func (c *conn) followedLocked(room string) *stream {
-	if c.x != nil && c.x.rooms[room] != nil {
-		return c.x.rooms[room]
+// QueuePlain queues a message that is not reliable, held while the
+// connection resumed: the class rules apply as usual.
+func (dr *connDriver) QueuePlain(d *delivery) {
+	c := (*conn)(dr)
+	if c.queueLiveLocked(d) {
+		go c.waitNotify(d)
 	}
-	if !c.n.hub.member(c.user, room) {
-		return nil
-	}
-	return c.roomStreamLocked(room, 0)
 }
 
-// detachedLocked reports whether s is a room stream the connection no
-// longer follows (the user left the room): nothing of it is queued.
-func (c *conn) detachedLocked(s *stream) bool {
-	return s.room != "" && (c.x == nil || c.x.rooms[s.room] != s)
-}
+func (dr *connDriver) CatchUp(s *stream) { go (*conn)(dr).catchUp(s) }
 
-// name is the stream's room ("" for the inbox; s may be nil).
-func (s *stream) name() string {
-	if s == nil {
-		return ""
-	}
-	return s.room
+// Overflow closes a connection whose catch-up holds too many messages.
+func (dr *connDriver) Overflow() {
+	c := (*conn)(dr)
+	c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()
+	c.closeLocked(protocol.CloseSlowConsumer)
 }
 
 // resyncRooms reads every reliable room the connection follows from its
 // position (after the backend came back: bus messages may be lost).
 func (c *conn) resyncRooms() {
 	c.mu.Lock()
-	var rooms []*stream
-	if c.x != nil {
-		for _, s := range c.x.rooms {
-			rooms = append(rooms, s)
-		}
-	}
+	rooms := c.sess.RoomStreams()
 	c.mu.Unlock()
 	for _, s := range rooms {
 		c.resync(s)
 	}
-}
-
-// forgetRoomLocked stops following a room the user left, also a stream
-// still catching up (its catch-up ends without queueing anything more):
-// once the leave is answered no frame of the room follows, and a later
-// join starts from its own position (its since, or the room's seq), not
-// from this one.
-func (c *conn) forgetRoomLocked(room string) {
-	if c.x == nil {
-		return
-	}
-	if s := c.x.rooms[room]; s != nil {
-		s.catchUp, s.needRead, s.since = false, false, 0
-		s.held, s.pending = nil, nil
-		delete(c.x.rooms, room)
-	}
-}
-
-// streamsLocked calls fn for each stream of the connection.
-func (c *conn) streamsLocked(fn func(s *stream)) {
-	if c.x == nil {
-		return
-	}
-	fn(&c.x.inbox)
-	for _, s := range c.x.rooms {
-		fn(s)
-	}
-}
-
-// dropHeldLocked forgets every held and pending message (the connection
-// closes: resume brings them).
-func (c *conn) dropHeldLocked() {
-	if c.x == nil {
-		return
-	}
-	c.x.held = nil
-	c.streamsLocked(func(s *stream) { s.held, s.pending = nil, nil })
-}
-
-// catchUpAgeLocked is how long (seconds) the oldest running catch-up of
-// the connection has lasted, 0 when none runs.
-func (c *conn) catchUpAgeLocked(now int64) int64 {
-	var age int64
-	c.streamsLocked(func(s *stream) {
-		if s.catchUp {
-			age = max(age, now-s.since)
-		}
-	})
-	return age
 }
 
 // queueLiveLocked queues non-reliable d under the class rules; it returns
@@ -349,24 +290,6 @@ func (c *conn) roomLocked() bool {
 		c.writeOutLocked()
 	}
 	return len(c.outq) < c.n.cfg.SendQueue
-}
-
-// queueReliableLocked queues reliable d, next in its stream s (nil: the
-// inbox), and moves the stream's position to it. A message that cannot be
-// expressed in the connection's format is skipped (counted).
-func (c *conn) queueReliableLocked(s *stream, d *delivery) {
-	*c.posLocked(s) = d.seq
-	fr := d.frameFor(c)
-	if c.tp == tpSSE {
-		fr = c.reliableFrameLocked(d.msgJSON)
-	}
-	if fr == nil {
-		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
-		return
-	}
-	c.outq = append(c.outq, fr)
-	c.markLocked(fr, d.pubAt)
-	c.n.metrics.Delivered.Inc()
 }
 
 // waitNotify retries a notify message for up to 100 ms (contract §4.5).
@@ -400,61 +323,34 @@ func (c *conn) waitNotify(d *delivery) {
 const catchUpMax = 5 // seconds
 
 func (c *conn) heldMax(s *stream) int {
-	if s.room != "" {
+	if s.Room() != "" {
 		return c.n.cfg.SendQueue + c.n.cfg.RoomHistoryLimit
 	}
 	return c.n.cfg.SendQueue + c.n.cfg.InboxLimit
 }
 
-// holdLocked keeps a live reliable message for the running catch-up of s.
-func (c *conn) holdLocked(s *stream, d *delivery) {
-	if len(s.held) >= c.heldMax(s) {
-		c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()
-		c.closeLocked(protocol.CloseSlowConsumer)
-		return
-	}
-	s.held = append(s.held, d)
-}
-
-// startCatchUpLocked enters catch-up mode on s with d held; hole is true
-// when messages before d are missing and must be read.
-func (c *conn) startCatchUpLocked(s *stream, d *delivery, hole bool) {
-	if d != nil {
-		s.held = append(s.held, d)
-	}
-	s.needRead = s.needRead || hole
-	if s.catchUp {
-		return
-	}
-	s.catchUp = true
-	s.since = time.Now().Unix()
-	go c.catchUp(s)
-}
-
-// catchUp fills stream s: it reads the inbox or the room's history from
-// the stream's position when something is missing (retrying while the
-// backend fails), queues the missing messages in order as the queue has
-// room (waiting for the client to drain rather than piling replays onto
-// the queue), sends a gap frame for what was trimmed, then releases the
-// live messages held meanwhile, reading again if a hole is still there.
-// It ends when the sequence is whole and nothing is held, or when the
-// connection closes (the sweep closes it with 4008 after catchUpMax).
+// catchUp runs the catch-up of stream s (session.Advance): it reads the
+// inbox or the room's history from the stream's position when something
+// is missing (retrying while the backend fails), waits for the client to
+// drain the queue rather than piling replays onto it, and ends when the
+// sequence is whole and nothing is held, or when the connection closes
+// (the sweep closes it with 4008 after catchUpMax).
 func (c *conn) catchUp(s *stream) {
 	delay := 50 * time.Millisecond
 	for {
 		c.mu.Lock()
-		if c.state >= stClosing || !s.catchUp || c.detachedLocked(s) {
+		if c.state >= stClosing || !c.sess.CatchingUp(s) {
 			c.mu.Unlock()
 			return
 		}
-		switch c.advanceLocked(s) {
-		case stepDone:
-			s.catchUp, s.since = false, 0
-			s.held, s.pending = nil, nil
+		step := c.sess.Advance(c.driver(), s)
+		c.kickLocked()
+		switch step {
+		case session.Done:
 			c.mu.Unlock()
 			return
-		case stepRoom:
-			ch := c.x.room
+		case session.Wait:
+			ch := c.extra().room
 			if ch == nil {
 				ch = make(chan struct{})
 				c.x.room = ch
@@ -467,22 +363,20 @@ func (c *conn) catchUp(s *stream) {
 			}
 			continue
 		}
-		// stepRead
-		since := *c.posLocked(s)
+		// session.ReadFrom
+		since := c.sess.Pos(s)
 		c.mu.Unlock()
-		rd, err := c.n.readStream(c.user, s.room, since)
+		rd, err := c.n.readStream(c.user, s.Room(), since)
 		if err != nil {
 			if errors.Is(err, cluster.ErrNotReplicated) {
 				// The wait is the replicas', not the client's: the sweep
 				// does not close the connection for it (contract 22),
 				// while heldMax still bounds what is held meanwhile.
 				c.mu.Lock()
-				if s.catchUp {
-					s.since = time.Now().Unix()
-				}
+				c.sess.Touch(s, time.Now().Unix())
 				c.mu.Unlock()
 			}
-			c.logger().Info("catch-up read failed; retrying", "room", s.room, "err", err, "in", delay)
+			c.logger().Info("catch-up read failed; retrying", "room", s.Room(), "err", err, "in", delay)
 			select {
 			case <-time.After(delay):
 			case <-c.n.ctx.Done():
@@ -493,8 +387,8 @@ func (c *conn) catchUp(s *stream) {
 		}
 		delay = 50 * time.Millisecond
 		c.mu.Lock()
-		if c.state < stClosing && s.catchUp && !c.detachedLocked(s) && *c.posLocked(s) == since {
-			c.applyReadLocked(s, rd)
+		if c.state < stClosing && c.sess.Apply(c.driver(), s, since, sessionRead(rd)) {
+			c.kickLocked()
 		}
 		c.mu.Unlock()
 	}
@@ -511,92 +405,27 @@ func (n *Node) readStream(user, room string, since int64) (cluster.InboxRead, er
 	return n.backend.ReadRoom(ctx, room, since, 0, n.historyOpts())
 }
 
-// gapFrameLocked is the gap frame of stream s for from..to.
+// sessionRead is rd as the session takes it.
+func sessionRead(rd cluster.InboxRead) session.Read {
+	r := session.Read{GapFrom: rd.GapFrom, GapTo: rd.GapTo, LastSeq: rd.LastSeq, Acked: rd.Acked}
+	if len(rd.Messages) > 0 {
+		r.Messages = make([]session.Stored, len(rd.Messages))
+		for i, m := range rd.Messages {
+			r.Messages[i] = session.Stored{Seq: m.Seq, Payload: m.Payload}
+		}
+	}
+	return r
+}
+
+// gapFrameLocked is the gap frame of stream s (nil: the inbox) for
+// from..to.
 func (c *conn) gapFrameLocked(s *stream, from, to int64) []byte {
 	g := protocol.Gap{Type: protocol.TypeGap, From: from, To: to, Missed: to - from + 1}
-	if s.name() != "" {
-		g.Target = &protocol.Target{Type: protocol.TargetRoom, ID: s.room}
+	if s.Room() != "" {
+		g.Target = &protocol.Target{Type: protocol.TargetRoom, ID: s.Room()}
 	}
 	b, _ := protocol.Encode(c.format, g)
 	return c.dataFrame(b)
-}
-
-// applyReadLocked takes a read made from the position of s: a gap frame
-// for what was trimmed, a jump over what another connection of the user
-// acknowledged (gone from the inbox), and the messages still to queue.
-func (c *conn) applyReadLocked(s *stream, rd cluster.InboxRead) {
-	pos := c.posLocked(s)
-	if s.room != "" && rd.LastSeq < *pos {
-		// Above the room's seq (a join since beyond it, or the history
-		// was lost): the room's seq is the base now (contract 12).
-		*pos = rd.LastSeq
-	}
-	if rd.GapFrom > 0 && rd.GapTo >= rd.GapFrom && rd.GapTo > *pos {
-		from := max(rd.GapFrom, *pos+1)
-		c.outq = append(c.outq, c.gapFrameLocked(s, from, rd.GapTo))
-		*pos = rd.GapTo
-	}
-	if len(rd.Messages) == 0 || rd.Messages[0].Seq > *pos+1 {
-		*pos = max(*pos, rd.Acked)
-	}
-	s.pending = rd.Messages
-	s.readTo = max(s.readTo, rd.LastSeq)
-	s.needRead = false
-	c.kickLocked()
-}
-
-type catchUpStep uint8
-
-const (
-	stepDone catchUpStep = iota // the sequence is whole and nothing is held
-	stepRoom                    // the queue is full: wait for the client
-	stepRead                    // a message is missing: read the inbox or history
-)
-
-// advanceLocked queues, in seq order, what the catch-up of s has: the
-// messages read, then the live messages held, as far as the queue has room
-// and the sequence has no hole.
-func (c *conn) advanceLocked(s *stream) catchUpStep {
-	defer c.kickLocked()
-	pos := c.posLocked(s)
-	for len(s.pending) > 0 {
-		m := s.pending[0]
-		if m.Seq <= *pos {
-			s.pending = s.pending[1:]
-			continue
-		}
-		if !c.roomLocked() {
-			return stepRoom
-		}
-		s.pending = s.pending[1:]
-		c.queueStoredLocked(s, m)
-	}
-	s.pending = nil
-	for len(s.held) > 0 {
-		d := s.held[0]
-		if d.seq <= *pos {
-			s.held = s.held[1:]
-			continue
-		}
-		if d.seq > *pos+1 {
-			if d.seq-1 > s.readTo {
-				return stepRead
-			}
-			// Read past already: the missing ones were acknowledged by
-			// another connection of the user and left the inbox.
-			*pos = d.seq - 1
-		}
-		if !c.roomLocked() {
-			return stepRoom
-		}
-		s.held = s.held[1:]
-		c.queueReliableLocked(s, d)
-	}
-	s.held = nil
-	if s.needRead {
-		return stepRead
-	}
-	return stepDone
 }
 
 // resync reads stream s (nil: the inbox) from the connection's position
@@ -608,19 +437,14 @@ func (c *conn) resync(s *stream) {
 		c.mu.Unlock()
 		return
 	}
-	s = c.orInbox(s)
-	if c.detachedLocked(s) {
-		c.mu.Unlock()
-		return
+	if s == nil {
+		s = c.sess.Inbox()
 	}
-	s.needRead = true
-	if s.catchUp {
-		c.mu.Unlock()
-		return
-	}
-	s.catchUp, s.since = true, time.Now().Unix()
+	run := c.sess.Resync(c.driver(), s)
 	c.mu.Unlock()
-	c.catchUp(s)
+	if run {
+		c.catchUp(s)
+	}
 }
 
 // wakeCatchUpLocked lets the catch-ups waiting for room go on: called
@@ -632,91 +456,21 @@ func (c *conn) wakeCatchUpLocked() {
 	}
 }
 
-// releaseLocked goes on after a resume: the live messages held while it
-// ran are queued in order, each reliable one through its stream's
-// catch-up, which also fills any hole they show.
-func (c *conn) releaseLocked(held []*delivery) {
-	var touched []*stream
-	for _, d := range held {
-		if d.seq == 0 {
-			// The class rules apply as usual.
-			if c.queueLiveLocked(d) {
-				go c.waitNotify(d)
-			}
-			continue
-		}
-		s := &c.extra().inbox
-		if d.room != "" {
-			// Plain at the resume's read, as in deliverLocked.
-			if s = c.followedLocked(d.room); s == nil {
-				continue
-			}
-		}
-		if len(s.held) == 0 && !s.catchUp {
-			touched = append(touched, s)
-		}
-		s.held = append(s.held, d)
+// replayLocked queues the replay of a resume of stream s (nil: the inbox)
+// read after since, or starts its catch-up when the replicas did not
+// confirm the read (WSGATE_RELIABLE_REPLICAS): the connection is open,
+// non-reliable messages flow, and the replay comes once the replicas
+// confirm it (contract 22).
+func (c *conn) replayLocked(s *stream, since int64, rd cluster.InboxRead, unconfirmed bool) {
+	c.sess.Replay(c.driver(), s, since, sessionRead(rd), unconfirmed)
+	if !unconfirmed {
+		c.kickLocked()
 	}
-	for _, s := range touched {
-		if c.advanceLocked(s) != stepDone {
-			c.startCatchUpLocked(s, nil, false)
-			continue
-		}
-		s.held = nil
-	}
-}
-
-// queueStoredLocked queues one message read from the inbox or a room's
-// history, above the position of s.
-func (c *conn) queueStoredLocked(s *stream, m cluster.InboxMessage) {
-	b, err := c.n.inboxPayload(c.format, m)
-	*c.posLocked(s) = m.Seq
-	if err != nil {
-		c.logger().Warn("unreadable stored message skipped", "room", s.name(), "seq", m.Seq, "err", err)
-		return
-	}
-	fr := c.dataFrame(b)
-	if c.tp == tpSSE {
-		fr = c.reliableFrameLocked(b)
-	}
-	c.outq = append(c.outq, fr)
-	c.n.metrics.Delivered.Inc()
-}
-
-// queueReplayLocked queues the replay of a resume of stream s: a gap
-// frame for what is gone after since, then every message above the
-// position. Replays are bounded by the inbox or history limit, so they
-// may exceed the send queue.
-func (c *conn) queueReplayLocked(s *stream, since int64, rd cluster.InboxRead) {
-	if rd.GapFrom > 0 && rd.GapTo >= rd.GapFrom && rd.GapTo > since {
-		c.outq = append(c.outq, c.gapFrameLocked(s, max(rd.GapFrom, since+1), rd.GapTo))
-		pos := c.posLocked(s)
-		*pos = max(*pos, rd.GapTo)
-	}
-	for _, m := range rd.Messages {
-		if m.Seq > *c.posLocked(s) {
-			c.queueStoredLocked(s, m)
-		}
-	}
-	c.kickLocked()
-}
-
-// queueReplayOrCatchUpLocked queues the replay of a resume of stream s
-// (nil: the inbox), or, when the replicas did not confirm what the resume
-// read (WSGATE_RELIABLE_REPLICAS), starts the stream's catch-up from its
-// position: the connection is open, non-reliable messages flow, and the
-// replay comes once the replicas confirm it (contract 22).
-func (c *conn) queueReplayOrCatchUpLocked(s *stream, since int64, rd cluster.InboxRead, unconfirmed bool) {
-	if unconfirmed {
-		c.startCatchUpLocked(c.orInbox(s), nil, true)
-		return
-	}
-	c.queueReplayLocked(s, since, rd)
 }
 
 // inboxPayload rebuilds a stored reliable message with its seq, encoded
 // in format f.
-func (n *Node) inboxPayload(f protocol.Format, m cluster.InboxMessage) ([]byte, error) {
+func (n *Node) inboxPayload(f protocol.Format, m session.Stored) ([]byte, error) {
 	var msg protocol.Message
 	if err := json.Unmarshal(m.Payload, &msg); err != nil {
 		return nil, err

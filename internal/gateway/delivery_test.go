@@ -209,7 +209,7 @@ func TestResumeFillsAHoleSeenInHeldMessages(t *testing.T) {
 		}
 		cs[0].mu.Lock()
 		defer cs[0].mu.Unlock()
-		return cs[0].x != nil && len(cs[0].x.held) == 1
+		return cs[0].sess.Holding() == 1
 	})
 	close(b.release)
 	c := <-dialed

@@ -570,17 +570,6 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 		head, c.preamble = 1, false
 	}
 	c.outq = slices.Insert(c.outq, head, c.dataFrame(welcome))
-	// A connection opened with since=N gets only seq > N, also when N is
-	// above anything assigned yet (contract 4.3). After a data loss the
-	// node lowers it (recoverConnections).
-	base := rd.Acked
-	if hasSince {
-		base = since
-	}
-	var held []*delivery
-	if c.x != nil {
-		held, c.x.held = c.x.held, nil
-	}
 	// Open, then queue the replays and what arrived live meanwhile. The
 	// socket of a new connection is writable: the welcome and the replay
 	// go out from here (a full queue is written inline, never taken for
@@ -589,11 +578,16 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 	if n.events != nil {
 		n.events.openedLocked(c, ip, c.extra().info)
 	}
-	c.lastSeq = base
-	c.queueReplayOrCatchUpLocked(nil, since, rd, cr.Unconfirmed)
-	c.lastSeq = max(c.lastSeq, base, rd.GapTo)
+	// After a data loss the node lowers the inbox's position
+	// (recoverConnections).
+	c.sess.ResumeInbox(c.driver(), since, hasSince, sessionRead(rd), cr.Unconfirmed)
+	if !cr.Unconfirmed {
+		c.kickLocked()
+	}
 	rooms.queueLocked(c)
-	c.releaseLocked(held)
+	if c.sess.Release(c.driver()) {
+		c.kickLocked()
+	}
 	c.writeOutLocked()
 	c.kickLocked()
 	c.mu.Unlock()

@@ -132,9 +132,7 @@ func (n *Node) recoverConnections(lost bool) {
 					return
 				}
 				c.mu.Lock()
-				if c.lastSeq > last {
-					c.lastSeq = last
-				}
+				c.sess.LowerInbox(last)
 				c.mu.Unlock()
 			}
 			c.resync(nil)

@@ -114,8 +114,8 @@ func (n *Node) followNew(user, room string, seq int64) []newStream {
 	var out []newStream
 	for _, c := range n.hub.userConns(user) {
 		c.mu.Lock()
-		if c.x == nil || c.x.rooms[room] == nil {
-			out = append(out, newStream{c, c.roomStreamLocked(room, seq)})
+		if c.sess.Stream(room) == nil {
+			out = append(out, newStream{c, c.sess.Follow(room, seq)})
 		}
 		c.mu.Unlock()
 	}
@@ -127,9 +127,7 @@ func (n *Node) dropUntouched(created []newStream) {
 	for _, ns := range created {
 		c := ns.c
 		c.mu.Lock()
-		if c.x != nil && c.x.rooms[ns.s.room] == ns.s && !ns.s.catchUp && len(ns.s.held) == 0 {
-			delete(c.x.rooms, ns.s.room)
-		}
+		c.sess.DropUntouched(ns.s)
 		c.mu.Unlock()
 	}
 }

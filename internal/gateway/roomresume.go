@@ -92,10 +92,9 @@ func (n *Node) resumeRooms(ctx context.Context, rooms []string, since map[string
 // replays, before anything live.
 func (r roomResume) queueLocked(c *conn) {
 	for room, base := range r.bases {
-		s := c.roomStreamLocked(room, base)
-		s.last = base
+		s := c.sess.ResumeRoom(room, base)
 		if rr, ok := r.reads[room]; ok {
-			c.queueReplayOrCatchUpLocked(s, rr.since, rr.rd, rr.unconfirmed)
+			c.replayLocked(s, rr.since, rr.rd, rr.unconfirmed)
 		}
 	}
 }
@@ -106,7 +105,7 @@ func (r roomResume) queueLocked(c *conn) {
 // room's messages came live meanwhile) keeps its position.
 func (c *conn) replayRoom(room string, since int64) {
 	c.mu.Lock()
-	s := c.roomStreamLocked(room, since)
+	s := c.sess.Follow(room, since)
 	c.mu.Unlock()
 	c.resync(s)
 }
@@ -116,7 +115,7 @@ func (c *conn) replayRoom(room string, since int64) {
 func (n *Node) forgetRoom(user, room string) {
 	for _, c := range n.hub.userConns(user) {
 		c.mu.Lock()
-		c.forgetRoomLocked(room)
+		c.sess.Forget(room)
 		c.mu.Unlock()
 	}
 }

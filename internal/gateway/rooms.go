@@ -51,7 +51,7 @@ func (n *Node) followLocal(user, room string, seq int64, except *conn, since *in
 			continue
 		}
 		c.mu.Lock()
-		c.roomStreamLocked(room, base)
+		c.sess.Follow(room, base)
 		c.mu.Unlock()
 	}
 }
@@ -67,7 +67,7 @@ func (n *Node) resyncLocal(user, room string, base int64, skip *conn) {
 			continue
 		}
 		c.mu.Lock()
-		s := c.roomStreamLocked(room, base)
+		s := c.sess.Follow(room, base)
 		c.mu.Unlock()
 		n.goFunc(func() { c.resync(s) })
 	}

@@ -163,7 +163,7 @@ func TestNoRoomFrameAfterTheLeaveOfACatchingUpStream(t *testing.T) {
 	<-b.entered
 	conn := n.hub.userConns("leaver")[0]
 	conn.mu.Lock()
-	s := conn.x.rooms["exit"]
+	s := conn.sess.Stream("exit")
 	conn.mu.Unlock()
 	c.send(map[string]any{"type": "leave", "id": "l1", "room": "exit"})
 	if r := c.replyTo("l1", 5*time.Second); r["ok"] != true {
@@ -174,7 +174,7 @@ func TestNoRoomFrameAfterTheLeaveOfACatchingUpStream(t *testing.T) {
 	eventually(t, 5*time.Second, "the catch-up of the left room ends", func() bool {
 		conn.mu.Lock()
 		defer conn.mu.Unlock()
-		return !s.catchUp
+		return !conn.sess.CatchingUp(s)
 	})
 	if fs := framesUntilPong(t, c); len(fs) > 0 {
 		t.Fatalf("frames after the leave was answered: %v", fs)

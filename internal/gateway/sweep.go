@@ -73,7 +73,7 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 		c.teardownLocked("socket took no data for 10s")
 		return
 	}
-	if c.catchUpAgeLocked(now) >= catchUpMax {
+	if c.sess.CatchUpAge(now) >= catchUpMax {
 		// The client did not take the missing messages in time (or the
 		// inbox did not answer): resume brings them.
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropSlowClose).Inc()
