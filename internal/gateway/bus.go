@@ -219,6 +219,7 @@ func (n *Node) onBus(payload []byte) {
 		n.log.Info("bus subscription restored; catching up local connections")
 		n.membersAgain.Store(true) // membership messages may be lost too
 		n.catchUpBehind()
+		n.goFunc(n.resyncPresence) // and presence changes
 		return
 	}
 	i := bytes.IndexByte(payload, '\n')

@@ -25,33 +25,33 @@ import (
 // the backend (cluster.Presence), and tells the room's nodes of each
 // change that happened (joined, left).
 //
-// With join_leave, each member is told of every other connection's joined
-// before its left, and of all of them: its view (the frames it got)
-// always ends equal to the room's presence. Every change moves the room's
-// presence seq. A connection entering at seq S then reads a snapshot of
-// the room, the state at seq R >= S, and is told joined for each entry of
-// the snapshot below S (the room as it found it). After that it is told:
-//   - joined of an entry with seq > S (entered after it: its joined is
-//     sent to the room's nodes after its add, and this node's interest in
-//     the room was stored before this connection's add);
-//   - left of an entry with seq > S (whose joined it was told), or
-//     removed at a seq > R (present in the snapshot, so told in it).
+// With join_leave, each member is told of every other connection's
+// joined before its left, and its view (the frames it got) ends equal to
+// the room's presence. The node keeps each member's view (connPres.view:
+// the conn ids it was told joined and not left) and tells it a change
+// only when the change moves that view. A connection entering reads a
+// snapshot of the room after its own add (one atomic read) and is told
+// joined for each connection in it: the room as it found it. A change
+// that arrives meanwhile waits (connPres.buf) and applies after the
+// snapshot: one the snapshot already shows moves nothing. Joined and left
+// of one entry come from the connection's node in that order (the bus
+// keeps one sender's order), or left comes from a survivor three
+// heartbeat intervals after the node's last word; so a joined that comes
+// late is always followed by its left. When the bus lost messages (a
+// loss notice), each member here reads the snapshot again and is told the
+// difference (resyncPresence).
 //
-// Other changes are ones it was not told of and never will be. Joined and
-// left of one entry come from the connection's node in that order (the
-// bus keeps one sender's order), or left comes from a survivor three
-// heartbeat intervals after the node's last word. While the entry is added
-// and the snapshot read, changes that arrive wait in its connPres. The
-// cost: a connection entering a join_leave room reads the whole presence
-// once and gets one joined per connection present, the same order as the
-// fan-out of its own joined to every member.
+// The cost: a connection entering a join_leave room reads the whole
+// presence once and gets one joined per connection present, the order of
+// the fan-out of its own joined to every member; each member holds its
+// view (a set of conn ids) while it is in the room.
 
 // connPres is a connection's place in one room's presence; under c.mu.
 type connPres struct {
-	seq   int64       // the entry's presence seq (S)
-	read  int64       // the seq of the snapshot it was told (R)
-	ready bool        // seq and read are known; until then changes wait in buf
-	buf   []presEvent // changes that arrived before ready
+	seq   int64             // the entry's presence seq
+	ready bool              // the add (and snapshot) is done; until then changes wait in buf
+	buf   []presEvent       // changes that arrived before ready
+	view  map[string]string // join_leave: conn id -> user of those the member was told joined and not left
 }
 
 type presOp struct {
@@ -251,13 +251,10 @@ func (n *Node) enterPresence(c *conn, op presOp, e cluster.PresenceEntry) {
 	ch, err := n.presenceCall("enter", func(ctx context.Context) (cluster.PresenceChange, error) {
 		return n.pres.AddPresence(ctx, op.room, e)
 	})
-	read, snap := ch.Seq, []cluster.PresenceEntry(nil)
-	if err == nil && n.ns(op.room).JoinLeave {
-		_, err = n.presenceCall("snapshot", func(ctx context.Context) (cluster.PresenceChange, error) {
-			var err error
-			read, snap, err = n.pres.PresenceSnapshot(ctx, op.room)
-			return cluster.PresenceChange{}, err
-		})
+	var snap []cluster.PresenceEntry
+	joinLeave := n.ns(op.room).JoinLeave
+	if err == nil && joinLeave {
+		snap, err = n.presenceSnapshot(op.room)
 		if err != nil {
 			// Out of the presence again, rather than in it with members
 			// told of it while it was told of nobody.
@@ -275,20 +272,12 @@ func (n *Node) enterPresence(c *conn, op presOp, e cluster.PresenceEntry) {
 		return
 	}
 	cp := op.cp
-	cp.seq, cp.read, cp.ready = ch.Seq, read, true
-	buf := cp.buf
-	cp.buf = nil
+	cp.seq = ch.Seq
+	if joinLeave {
+		cp.view = map[string]string{}
+	}
 	if c.x.pres[op.room] == cp {
-		slices.SortFunc(snap, func(a, b cluster.PresenceEntry) int { return cmp.Compare(a.Seq, b.Seq) })
-		self := c.connID()
-		for _, s := range snap {
-			if s.Seq < cp.seq && s.ConnID != self {
-				c.presenceFrameLocked(protocol.TypeJoined, op.room, s.User, s.ConnID, s.Info)
-			}
-		}
-		for _, ev := range buf {
-			c.presenceEventLocked(cp, ev)
-		}
+		c.applySnapshotLocked(op.room, cp, snap)
 	}
 	c.mu.Unlock()
 	if ch.Changed {
@@ -310,6 +299,63 @@ func (n *Node) leavePresence(room string, e cluster.PresenceEntry) {
 	}
 	if ch.Changed {
 		n.announcePresence(presEvent{room: room, user: e.User, conn: e.ConnID, seq: ch.Seq, at: ch.At}, ch)
+	}
+}
+
+// presenceSnapshot reads a room's presence, retrying as presenceCall.
+func (n *Node) presenceSnapshot(room string) ([]cluster.PresenceEntry, error) {
+	var snap []cluster.PresenceEntry
+	_, err := n.presenceCall("snapshot", func(ctx context.Context) (cluster.PresenceChange, error) {
+		var err error
+		_, snap, err = n.pres.PresenceSnapshot(ctx, room)
+		return cluster.PresenceChange{}, err
+	})
+	return snap, err
+}
+
+// resyncPresence runs after the bus lost messages: the join_leave members
+// here read their rooms' presence again and are told what they missed.
+func (n *Node) resyncPresence() {
+	if n.pres == nil || n.rooms.Load() == nil {
+		return
+	}
+	type member struct {
+		c  *conn
+		cp *connPres
+	}
+	byRoom := map[string][]member{}
+	for _, c := range n.hub.all() {
+		c.mu.Lock()
+		if c.x != nil {
+			for room, cp := range c.x.pres {
+				if cp.view != nil && cp.ready {
+					cp.ready = false // changes wait for the snapshot
+					byRoom[room] = append(byRoom[room], member{c, cp})
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	for room, members := range byRoom {
+		snap, err := n.presenceSnapshot(room)
+		for _, m := range members {
+			c, cp := m.c, m.cp
+			c.mu.Lock()
+			switch {
+			case c.x == nil || c.x.pres[room] != cp:
+				cp.ready = true // left meanwhile: nothing more to tell
+			case !cp.ready:
+				mine := snap
+				if err != nil { // unchanged: keep the view
+					mine = make([]cluster.PresenceEntry, 0, len(cp.view))
+					for id, user := range cp.view {
+						mine = append(mine, cluster.PresenceEntry{ConnID: id, User: user})
+					}
+				}
+				c.applySnapshotLocked(room, cp, mine)
+			}
+			c.mu.Unlock()
+		}
 	}
 }
 
@@ -373,17 +419,64 @@ func (n *Node) deliverPresence(ev presEvent) {
 	}
 }
 
-// presenceEventLocked tells the member connection of a change, or not
-// (see the rules at the top of the file).
+// presenceEventLocked tells the member connection of a change that moves
+// its view (see the top of the file), or keeps it for later.
 func (c *conn) presenceEventLocked(cp *connPres, ev presEvent) {
-	switch {
-	case !cp.ready:
+	if !cp.ready {
 		cp.buf = append(cp.buf, ev)
-	case ev.conn == c.connID():
-	case ev.join && ev.seq > cp.seq:
+		return
+	}
+	if cp.view == nil || ev.conn == c.connID() {
+		return
+	}
+	_, seen := cp.view[ev.conn]
+	switch {
+	case ev.join && !seen:
+		cp.view[ev.conn] = ev.user
 		c.presenceFrameLocked(protocol.TypeJoined, ev.room, ev.user, ev.conn, ev.info)
-	case !ev.join && (ev.seq > cp.seq || ev.at > cp.read):
+	case !ev.join && seen:
+		delete(cp.view, ev.conn)
 		c.presenceFrameLocked(protocol.TypeLeft, ev.room, ev.user, ev.conn, nil)
+	}
+}
+
+// applySnapshotLocked makes the member's view the snapshot, telling it
+// the difference (in the snapshot's order of entry), then applies the
+// changes that waited meanwhile.
+func (c *conn) applySnapshotLocked(room string, cp *connPres, snap []cluster.PresenceEntry) {
+	if cp.view != nil {
+		self := c.connID()
+		now := make(map[string]cluster.PresenceEntry, len(snap))
+		for _, e := range snap {
+			if e.ConnID != self {
+				now[e.ConnID] = e
+			}
+		}
+		var gone []string
+		for id := range cp.view {
+			if _, ok := now[id]; !ok {
+				gone = append(gone, id)
+			}
+		}
+		slices.Sort(gone)
+		for _, id := range gone {
+			c.presenceFrameLocked(protocol.TypeLeft, room, cp.view[id], id, nil)
+			delete(cp.view, id)
+		}
+		slices.SortFunc(snap, func(a, b cluster.PresenceEntry) int { return cmp.Compare(a.Seq, b.Seq) })
+		for _, e := range snap {
+			if _, ok := cp.view[e.ConnID]; ok || e.ConnID == self {
+				continue
+			}
+			cp.view[e.ConnID] = e.User
+			c.presenceFrameLocked(protocol.TypeJoined, room, e.User, e.ConnID, e.Info)
+		}
+	}
+	buf := cp.buf
+	cp.buf = nil
+	cp.ready = true
+	for _, ev := range buf {
+		c.presenceEventLocked(cp, ev)
 	}
 }
 
@@ -472,7 +565,7 @@ func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
 			for room, cp := range c.x.pres {
 				if cp.ready {
 					mine = append(mine, held{c, room, cp.seq})
-					floor[room] = max(floor[room], cp.seq, cp.read)
+					floor[room] = max(floor[room], cp.seq)
 				}
 			}
 		}
