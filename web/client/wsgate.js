@@ -33,7 +33,7 @@
  */
 
 /** Version of this client. */
-export const VERSION = '2.0.0';
+export const VERSION = '0.1.0-dev';
 
 /** The WebSocket subprotocol of wsgate; always offered. */
 export const SUBPROTOCOL = 'wsgate.v1';
