@@ -3,7 +3,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,11 +11,13 @@ import { fileURLToPath } from 'node:url';
 const pkg = join(dirname(fileURLToPath(import.meta.url)), '..');
 const tsc = join(pkg, 'node_modules', 'typescript', 'bin', 'tsc');
 
-test('npm pack holds the module, its types and README; the types compile in a fresh project', () => {
+test('npm pack holds the module, its types, README and LICENSE; the types compile in a fresh project', () => {
   const dir = mkdtempSync(join(tmpdir(), 'wsgate-pack-'));
   const [info] = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', dir], { cwd: pkg, encoding: 'utf8' }));
-  assert.deepEqual(info.files.map((f) => f.path).sort(), ['README.md', 'index.d.ts', 'package.json', 'wsgate.js']);
+  assert.deepEqual(info.files.map((f) => f.path).sort(), ['LICENSE', 'README.md', 'index.d.ts', 'package.json', 'wsgate.js']);
   assert.equal(info.name, '@wsgate/client');
+  // The package's license is the repository's, word for word.
+  assert.equal(readFileSync(join(pkg, 'LICENSE'), 'utf8'), readFileSync(join(pkg, '..', '..', 'LICENSE'), 'utf8'), 'web/client/LICENSE differs from LICENSE');
 
   const app = join(dir, 'app');
   execFileSync('mkdir', ['-p', app]);
