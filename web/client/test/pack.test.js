@@ -29,6 +29,8 @@ test('npm pack holds the module, its types, README and LICENSE; the types compil
     "c.on('message', (m: Message) => console.log(m.seq, m.target.id));",
     "c.on('gap', (g) => console.log(g.target?.id));",
     "void c.history('lobby', { since: 0 }).then((h) => h.messages.length);",
+    "c.on<{ text: string }>('chat.say', (m) => console.log(m.data.text));",
+    "new Client({ url: 'wss://gw.example.com/ws', queueLimit: 10 });",
     '',
   ].join('\n'));
   writeFileSync(join(app, 'tsconfig.json'), JSON.stringify({
@@ -40,4 +42,7 @@ test('npm pack holds the module, its types, README and LICENSE; the types compil
   // And a wrong use is refused: the declarations are what is checked.
   writeFileSync(join(app, 'main.ts'), "import { Client } from '@wsgate/client';\nnew Client({ shared: 'yes' });\n");
   assert.throws(() => execFileSync(process.execPath, [tsc, '--noEmit', '-p', app], { cwd: app, stdio: 'pipe' }), 'a string for shared must not compile');
+  // A client event's name is not a message event's: its listener gets the event's detail.
+  writeFileSync(join(app, 'main.ts'), "import { Client, type Message } from '@wsgate/client';\nnew Client({}).on('state', (m: Message) => m.event);\n");
+  assert.throws(() => execFileSync(process.execPath, [tsc, '--noEmit', '-p', app], { cwd: app, stdio: 'pipe' }), 'a message listener on state must not compile');
 });
