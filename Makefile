@@ -59,7 +59,8 @@ test-go:
 
 # The npm package @wsgate/client (web/client): its unit tests and an
 # integration test against bin/wsgate under Node's test runner, the package
-# as `npm pack` makes it compiled in a fresh TypeScript project, and
+# as `npm pack` makes it compiled in a fresh TypeScript project, publint,
+# @arethetypeswrong/cli and `npm publish --dry-run` on the package, and
 # `tsc --noEmit` on the typed example. npm ci installs the locked devDependencies.
 test-js: build
 	cd web/client && npm ci --no-audit --no-fund --loglevel=error && WSGATE_BIN=$(CURDIR)/bin/wsgate npm test && npm run typecheck

@@ -6,6 +6,7 @@
 //	wsgate allocator    the connection allocator
 //	wsgate autoscaler   the scaling controller
 //	wsgate bench ...    the load generator
+//	wsgate token        prints a client token, or checks one
 //	wsgate version      prints the version
 //
 // `wsgate <command> --help` lists every setting with its environment
@@ -30,6 +31,7 @@ commands:
   allocator    run the connection allocator
   autoscaler   run the scaling controller
   bench        run the load generator (connect|broadcast|push|room|churn|storm)
+  token        print a client token signed with the gateway's secret (--sub USER), or check one (--check TOKEN)
   version      print the version
 
 Run 'wsgate <command> --help' for the settings of a command.
@@ -56,6 +58,8 @@ func run(args []string) int {
 		return runAutoscaler(rest)
 	case "bench":
 		return bench.Main(rest)
+	case "token":
+		return runToken(rest, os.Stdin, os.Stdout, os.Stderr)
 	case "version", "--version", "-v":
 		fmt.Println("wsgate", version)
 		return 0

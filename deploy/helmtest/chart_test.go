@@ -1,6 +1,7 @@
 package helmtest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -25,20 +27,34 @@ const chartDir = "../helm/wsgate"
 // obj is one rendered Kubernetes object.
 type obj = map[string]any
 
+// kube131 is the Kubernetes version the chart's value sets are rendered
+// for (helm template --kube-version 1.31).
+var kube131 = chartutil.KubeVersion{Version: "v1.31.0", Major: "1", Minor: "31"}
+
 // render renders the chart with the given values (YAML) as helm template
-// does for a release "wsgate" in namespace "wsgate".
+// --kube-version 1.31 does for a release "wsgate" in namespace "wsgate".
 func render(t *testing.T, values string) (map[string]obj, error) {
 	t.Helper()
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = kube131
+	return renderChart(t, ch, caps, values)
+}
+
+// renderChart renders ch for the cluster caps describes, as helm template
+// does: the chart's kubeVersion constraint first, then the templates.
+func renderChart(t *testing.T, ch *chart.Chart, caps *chartutil.Capabilities, values string) (map[string]obj, error) {
+	t.Helper()
+	if ch.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
+		return nil, fmt.Errorf("chart requires kubeVersion: %s which is incompatible with Kubernetes %s", ch.Metadata.KubeVersion, caps.KubeVersion.Version)
+	}
 	vals, err := chartutil.ReadValues([]byte(values))
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.31.0", Major: "1", Minor: "31"}
 	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "wsgate", Namespace: "wsgate", Revision: 1, IsInstall: true}, caps)
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +424,7 @@ func TestChartDefaults(t *testing.T) {
 	}
 	// helm lint on the same values.
 	vals, _ := chartutil.ReadValues([]byte(base))
-	for _, m := range lint.AllWithKubeVersion(chartDir, vals, "wsgate", &chartutil.KubeVersion{Version: "v1.31.0", Major: "1", Minor: "31"}).Messages {
+	for _, m := range lint.AllWithKubeVersion(chartDir, vals, "wsgate", &kube131).Messages {
 		if m.Severity >= support.WarningSev {
 			t.Errorf("helm lint: %v", m)
 		}

@@ -15,9 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
 	"github.com/wsgate/wsgate/client"
+	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -70,15 +69,11 @@ func (r *runner) allocate(ctx context.Context, user string) (string, error) {
 // token mints an HS256 client token for user, valid for the whole run.
 func (r *runner) token(user string) (string, error) {
 	now := time.Now()
-	claims := jwt.MapClaims{
-		"sub": user,
-		"iat": now.Unix(),
-		"exp": now.Add(r.cfg.Duration + r.cfg.Settle + time.Hour).Unix(),
-	}
+	g := auth.Grant{Subject: user, IssuedAt: now, ExpiresAt: now.Add(r.cfg.Duration + r.cfg.Settle + time.Hour)}
 	if r.cfg.Join != "" {
-		claims["rooms"] = []string{r.cfg.Join}
+		g.Rooms = []string{r.cfg.Join}
 	}
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(r.cfg.JWTSecret))
+	return auth.SignHS256([]byte(r.cfg.JWTSecret), g)
 }
 
 // dial opens one connection for the slot and records its connect time

@@ -28,7 +28,7 @@ func (s *Set) PrintHelp() {
 	b.WriteString("Settings:\n")
 	b.WriteString("  --config FILE\n      env " + ConfigEnv + "\n      YAML file of settings\n")
 	for _, st := range s.settings {
-		if st.hidden {
+		if st.hidden || st.quiet {
 			continue
 		}
 		fmt.Fprintf(&b, "  %s%s\n      env %s, default %s\n      %s\n",

@@ -56,6 +56,7 @@ type Setting struct {
 	def     any // value of the same type as *ptr
 	defText string
 	hidden  bool
+	quiet   bool // read as any other, left out of --help
 	redact  redaction
 	source  Source
 

@@ -21,7 +21,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -200,13 +199,9 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		return nil, fmt.Errorf("WSGATE_TRUSTED_PROXIES: %w", err)
 	}
 	n.trusted = trusted
-	var pem []byte
-	if cfg.JWTPublicKeyFile != "" {
-		b, err := os.ReadFile(cfg.JWTPublicKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("WSGATE_JWT_PUBLIC_KEY_FILE: %w", err)
-		}
-		pem = b
+	vc, err := VerifierConfig(&cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.JWKSURL != "" {
 		ks, err := auth.NewKeySet(auth.KeySetConfig{
@@ -218,12 +213,9 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		}
 		n.keys = ks
 	}
-	if secrets := cfg.JWTSecrets(); len(secrets) > 0 || pem != nil || n.keys != nil {
-		v, err := auth.NewVerifier(auth.VerifierConfig{
-			HMACSecrets: secrets, PublicKeyPEM: pem, KeySet: n.keys,
-			Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
-			Leeway: cfg.JWTLeeway, MaxLifetime: cfg.JWTMaxLifetime,
-		})
+	if len(vc.HMACSecrets) > 0 || vc.PublicKeyPEM != nil || n.keys != nil {
+		vc.KeySet = n.keys
+		v, err := auth.NewVerifier(vc)
 		if err != nil {
 			return nil, err
 		}

@@ -70,6 +70,12 @@ export interface ClientOptions {
   roomSince?: Record<string, number>;
   /** ms to wait for a reply (10000). */
   requestTimeout?: number;
+  /**
+   * Requests (`join`, `leave`, `publish`, `send`, `rpc`) made while the client connects or
+   * reconnects wait for the next welcome and are sent then, in order, up to this many (100);
+   * past it, or with 0, they reject at once with `not_connected`.
+   */
+  queueLimit?: number;
   /** ms for the allocator, the upgrade and the welcome together (10000). */
   handshakeTimeout?: number;
   /** ms of silence past the ping interval after which a connection is dead (10000). */
@@ -204,6 +210,11 @@ export class Client extends EventTarget {
 
   /** Adds a listener of the event's detail; returns its remover. */
   on<K extends keyof ClientEvents>(type: K, fn: (detail: ClientEvents[K]) => void): () => void;
+  /**
+   * Adds a listener of the messages whose `event` is `event` (any name but the client's own
+   * events above), called after the `message` listeners; returns its remover.
+   */
+  on<T = unknown, E extends string = string>(event: E extends keyof ClientEvents ? never : E, fn: (message: Message<T>) => void): () => void;
   connect(): Promise<Welcome>;
   /** Closes (in shared mode: detaches this tab; the socket closes with the last tab). */
   close(): Promise<void>;

@@ -33,7 +33,7 @@
  */
 
 /** Version of this client. */
-export const VERSION = '2.0.0';
+export const VERSION = '0.1.0-dev';
 
 /** The WebSocket subprotocol of wsgate; always offered. */
 export const SUBPROTOCOL = 'wsgate.v1';
@@ -260,6 +260,7 @@ const DEFAULTS = Object.freeze({
   requestTimeout: 10000,
   handshakeTimeout: 10000,
   pongTimeout: 10000,
+  queueLimit: 100,
 });
 
 /** Max jitter of an "at once" reconnect (4001, 4401), in ms. */
@@ -356,6 +357,10 @@ export class Client extends EventTarget {
   #lastPingTs = 0;
   /** @type {Array<{resolve: Function, reject: Function}>} */
   #waiters = [];
+  /** Requests made while (re)connecting, sent in order after the next welcome. @type {Array<{frame: object, resolve: Function, reject: Function}>} */
+  #queue = [];
+  /** Listeners of one message event name (`client.on('chat.say', fn)`). */
+  #byEvent = new EventTarget();
   #welcome = null;
   #onOnline = () => this.#online();
 
@@ -374,6 +379,7 @@ export class Client extends EventTarget {
       if (!(Number.isFinite(o[k]) && o[k] > 0)) throw new TypeError(`wsgate: ${k} must be a positive number, got ${o[k]}`);
     }
     if (!(Number.isFinite(o.ackDelay) && o.ackDelay >= 0)) throw new TypeError(`wsgate: ackDelay must be >= 0, got ${o.ackDelay}`);
+    if (!(Number.isInteger(o.queueLimit) && o.queueLimit >= 0)) throw new TypeError(`wsgate: queueLimit must be an integer >= 0, got ${o.queueLimit}`);
     if (o.maxBackoff < o.minBackoff) throw new TypeError('wsgate: maxBackoff must be >= minBackoff');
     if (o.token != null && typeof o.token !== 'string' && typeof o.token !== 'function') {
       throw new TypeError('wsgate: token must be a string or a function returning one');
@@ -447,15 +453,20 @@ export class Client extends EventTarget {
 
   /**
    * Adds a listener that receives the event's detail. Returns a function
-   * that removes it.
-   * @param {'state'|'welcome'|'open'|'message'|'gap'|'redirect'|'error'|'close'|'expiring'|'refresh'} type
+   * that removes it. `type` is one of the client's events (`state`,
+   * `welcome`, `open`, `message`, `gap`, `redirect`, `error`, `close`,
+   * `expiring`, `refresh`), or else the name of a message event: then `fn`
+   * gets every message whose `event` is that name (`client.on('chat.say',
+   * (m) => ...)`), after the `message` listeners got it.
+   * @param {string} type
    * @param {(detail: any) => void} fn
    * @returns {() => void}
    */
   on(type, fn) {
     const h = (e) => fn(e.detail);
-    this.addEventListener(type, h);
-    return () => this.removeEventListener(type, h);
+    const target = EVENT_TYPES.includes(type) ? this : this.#byEvent;
+    target.addEventListener(type, h);
+    return () => target.removeEventListener(type, h);
   }
 
   // ---- lifecycle -----------------------------------------------------------
@@ -726,8 +737,26 @@ export class Client extends EventTarget {
 
   #request(frame) {
     if (!this.#opened || this.#ws?.readyState !== 1) {
+      // While (re)connecting a request waits for the welcome, up to
+      // queueLimit of them; past it, or when the client is stopped, it is
+      // refused at once.
+      if (this.#running && this.#queue.length < this.#o.queueLimit) {
+        return new Promise((resolve, reject) => this.#queue.push({ frame, resolve, reject }));
+      }
       return Promise.reject(new WsgateError('not_connected', 'wsgate: not connected'));
     }
+    return this.#sendRequest(frame);
+  }
+
+  /** Sends the queued requests in order while the connection is open. */
+  #flushQueue() {
+    while (this.#queue.length > 0 && this.#opened && this.#ws?.readyState === 1) {
+      const q = this.#queue.shift();
+      this.#sendRequest(q.frame).then(q.resolve, q.reject);
+    }
+  }
+
+  #sendRequest(frame) {
     const id = 'r' + this.#nextId++;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -927,6 +956,7 @@ export class Client extends EventTarget {
     const interval = Math.max(1000, Number(f.ping_interval_ms) || 25000);
     this.#lastBeat = now();
     this.#beat = setInterval(() => this.#heartbeat(interval), Math.max(500, interval / 2));
+    this.#flushQueue(); // before any listener can send: the queue keeps its order
     this.#setState('open', {});
     this.#emit('welcome', { ...this.#welcome });
     this.#emit('open', { transport: this.#transport, conn_id: f.conn_id, node: f.node });
@@ -1228,6 +1258,7 @@ export class Client extends EventTarget {
     this.#failPending(code, message, extra);
     const waiters = this.#waiters.splice(0);
     for (const w of waiters) w.reject(new WsgateError(code, message, extra));
+    for (const q of this.#queue.splice(0)) q.reject(new WsgateError(code, message, extra));
     if (was || this.#state !== 'closed') this.#setState('closed', { code: closeCode, reason: closeReason });
   }
 
@@ -1242,6 +1273,9 @@ export class Client extends EventTarget {
   #emit(type, detail) {
     try {
       this.dispatchEvent(new CustomEvent(type, { detail }));
+      if (type === 'message' && typeof detail?.event === 'string') {
+        this.#byEvent.dispatchEvent(new CustomEvent(detail.event, { detail }));
+      }
     } catch (err) {
       // dispatchEvent does not throw for listener errors in browsers; other
       // runtimes might: a faulty handler must not break the client.
@@ -1528,7 +1562,7 @@ const inWorker = typeof SharedWorkerGlobalScope === 'function' && globalThis ins
 /** The options a tab hands its SharedWorker: serializable, URLs absolute. */
 function sharedOptions(o, device) {
   const keys = ['user', 'format', 'minBackoff', 'maxBackoff', 'ackEvery', 'ackDelay', 'since', 'requestTimeout',
-    'handshakeTimeout', 'pongTimeout', 'roomSince', 'apiHeaders', 'transports'];
+    'handshakeTimeout', 'pongTimeout', 'roomSince', 'apiHeaders', 'transports', 'queueLimit'];
   const out = {};
   for (const k of keys) if (o[k] !== undefined) out[k] = o[k];
   const base = hasWindow && window.location ? window.location.href : undefined;

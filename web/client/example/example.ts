@@ -11,6 +11,7 @@ const client = new Client({
   roomSince: { lobby: 41 },
   api: 'https://gw.example.com',
   transports: ['websocket', 'sse', 'stream'],
+  queueLimit: 50,
 });
 client.on('open', (o) => {
   const t: Transport = o.transport;
@@ -21,6 +22,9 @@ client.on('message', (m: Message) => {
   const seq: number | undefined = m.seq;
   console.log(m.target.type, m.target.id, m.from ?? 'api', seq, chat.text);
 });
+const offSay = client.on<Chat>('chat.say', (m) => console.log(m.target.id, m.data.text));
+client.on('chat.typing', (m) => console.log(m.event, m.from));
+offSay();
 client.on('gap', (g: GapDetail) => console.log(g.target?.id ?? 'inbox', g.from, g.to, g.missed));
 client.on('expiring', (e) => console.log('expires at', e.exp));
 client.on('refresh', (r) => console.log(r.ok, r.exp, r.code));

@@ -428,8 +428,84 @@ test('join, leave, publish and ping are answered by their reply', async () => {
   const lost = t.client.join('y');
   ws.drop(1006);
   await rejects(lost, 'connection_lost', 'pending at close');
-  await rejects(t.client.join('z'), 'not_connected', 'while reconnecting');
+  // While reconnecting a request waits for the next welcome; close() refuses it.
+  const queued = t.client.join('z');
   await t.client.close();
+  await rejects(queued, 'closed', 'queued while reconnecting, then closed');
+});
+
+test('on(name): the messages of one event, beside the message stream; client events keep their names', async () => {
+  const t = await open();
+  const order = [];
+  const says = [];
+  t.client.on('message', (m) => order.push('message:' + m.event));
+  const off = t.client.on('chat.say', (m) => { says.push(m.data); order.push('chat.say'); });
+  const closes = [];
+  t.client.on('close', (d) => closes.push(d.code));
+  t.ws.push(message(0, { event: 'chat.say', data: { text: 'hi' } }));
+  t.ws.push(message(0, { event: 'chat.typing', data: {} }));
+  t.ws.push(message(1, { event: 'chat.say', data: { text: 'reliable' } }));
+  t.ws.push(message(0, { event: 'close', data: 'a message event named like a client event' }));
+  eq(says, [{ text: 'hi' }, { text: 'reliable' }], 'chat.say listener got its two messages');
+  eq(order, ['message:chat.say', 'chat.say', 'message:chat.typing', 'message:chat.say', 'chat.say', 'message:close'], 'message listeners first');
+  eq(closes, [], 'a message event named close is not the close event');
+  eq(t.events.message.length, 4, 'the message stream has every message');
+  off();
+  t.ws.push(message(0, { event: 'chat.say', data: { text: 'after off' } }));
+  eq(says.length, 2, 'removed listener gets nothing');
+  // A reliable room's message too.
+  const room = [];
+  t.client.on('score', (m) => room.push([m.target.id, m.seq]));
+  t.ws.push(message(4, { event: 'score', target: { type: 'room', id: 'match' } }));
+  eq(room, [['match', 4]], 'room message by event name');
+  t.ws.drop(1000);
+  await waitFor(() => closes.length === 1, 'close event');
+  eq(closes, [1000], 'close event still the client event');
+});
+
+test('requests while (re)connecting are queued up to queueLimit and sent in order after the welcome; past it refused', async () => {
+  const t = await open({ queueLimit: 3 });
+  t.ws.drop(1006);
+  await waitFor(() => t.client.state !== 'open', 'reconnecting');
+  const j = t.client.join('a');
+  const p = t.client.publish('room:a', 'chat', { n: 1 });
+  const s = t.client.send('order.placed', { id: 7 });
+  await rejects(t.client.join('b'), 'not_connected', 'fourth request past queueLimit 3');
+  await rejects(t.client.ping(), 'not_connected', 'ping is not queued');
+  const ws1 = await t.socket(1);
+  eq(ws1.sent, [], 'nothing sent before the welcome');
+  ws1.accept();
+  eq(ws1.sent.map((f) => f.type), ['join', 'publish', 'send'], 'queued frames flushed in order after the welcome');
+  eq([ws1.sent[0].room, ws1.sent[1].data, ws1.sent[2].event], ['a', { n: 1 }, 'order.placed'], 'frames as asked');
+  for (const f of ws1.sent) ws1.push({ type: 'reply', id: f.id, ok: true });
+  eq([(await j).ok, (await p).ok, (await s).ok], [true, true, true], 'queued requests answered');
+  await t.client.close();
+});
+
+test('a request made before the first welcome waits for it; queueLimit 0 refuses at once as before', async () => {
+  const t = setup();
+  const c = t.client.connect();
+  const j = t.client.join('lobby');
+  const ws = await t.socket(0);
+  ws.accept();
+  await c;
+  eq(ws.sent.map((f) => [f.type, f.room]), [['join', 'lobby']], 'join sent after the welcome');
+  ws.push({ type: 'reply', id: ws.sent[0].id, ok: true });
+  eq((await j).ok, true, 'join answered');
+  await t.client.close();
+  await rejects(t.client.join('x'), 'not_connected', 'a stopped client refuses');
+
+  const u = setup({ queueLimit: 0 });
+  const c2 = u.client.connect();
+  await rejects(u.client.join('lobby'), 'not_connected', 'queueLimit 0');
+  (await u.socket(0)).accept();
+  await c2;
+  await u.client.close();
+  for (const bad of [-1, 1.5, '3']) {
+    let threw = false;
+    try { setup({ queueLimit: bad }); } catch (e) { threw = e instanceof TypeError && /queueLimit/.test(e.message); }
+    ok(threw, `queueLimit ${JSON.stringify(bad)} refused`);
+  }
 });
 
 test('requests time out', async () => {
