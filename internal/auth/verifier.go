@@ -69,6 +69,9 @@ type Claims struct {
 	Send []string
 	// Info is the info claim as raw JSON, nil when absent or null.
 	Info json.RawMessage
+	// Room is the room claim of a room token (v3, contract 19): a token
+	// with it allows a join of that room by its sub.
+	Room string
 }
 
 // Verifier checks client tokens. It is immutable after NewVerifier and safe
@@ -236,6 +239,7 @@ type tokenClaims struct {
 	Pub   []string        `json:"pub"`
 	Send  []string        `json:"send"`
 	Info  json.RawMessage `json:"info"`
+	Room  string          `json:"room"`
 }
 
 // The jwt.Claims interface, read by the library's validator.
@@ -355,7 +359,7 @@ func (v *Verifier) Verify(token string, now time.Time) (*Claims, error) {
 	if len(info) == 0 || string(info) == "null" {
 		info = nil
 	}
-	return &Claims{Subject: tc.Sub, ExpiresAt: exp, Rooms: tc.Rooms, Pub: tc.Pub, Send: tc.Send, Info: info}, nil
+	return &Claims{Subject: tc.Sub, ExpiresAt: exp, Rooms: tc.Rooms, Pub: tc.Pub, Send: tc.Send, Info: info, Room: tc.Room}, nil
 }
 
 // parseError turns the library's error into one of ours. The library

@@ -69,6 +69,7 @@ type publishBody struct {
 	Reliable       json.RawMessage `json:"reliable"`
 	Class          json.RawMessage `json:"class"`
 	IdempotencyKey json.RawMessage `json:"idempotency_key"`
+	Except         json.RawMessage `json:"except"`
 }
 
 func decodePublish(raw []byte) (PublishRequest, error) {
@@ -101,6 +102,9 @@ func decodePublish(raw []byte) (PublishRequest, error) {
 	}
 	if err := optString(b.IdempotencyKey, &req.IdempotencyKey); err != nil {
 		return req, badRequest("idempotency_key must be a string")
+	}
+	if err := optString(b.Except, &req.Except); err != nil {
+		return req, badRequest("except must be a connection id (a string)")
 	}
 	if len(b.Reliable) > 0 && string(b.Reliable) != "null" {
 		if err := json.Unmarshal(b.Reliable, &req.Reliable); err != nil {
@@ -472,6 +476,7 @@ func (n *Node) PublishBatch(ctx context.Context, reqs []PublishRequest, errs []e
 		}
 		req := &reqs[i]
 		if err == nil {
+			n.applyNamespace(req)
 			classes[i], err = req.Validate()
 		}
 		if err != nil {
@@ -483,7 +488,7 @@ func (n *Node) PublishBatch(ctx context.Context, reqs []PublishRequest, errs []e
 			order = append(order, req.Target)
 			ok = true
 		}
-		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == "" && req.Traceparent == ""
+		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == "" && req.Traceparent == "" && req.Except == ""
 		groups[req.Target] = append(groups[req.Target], i)
 	}
 	sem := make(chan struct{}, batchParallel)

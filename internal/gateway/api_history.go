@@ -54,7 +54,7 @@ func (n *Node) History(ctx context.Context, room string, since int64, limit int)
 	if since < 0 || limit < 0 || limit > maxHistoryRead {
 		return 0, nil, badRequest("since must be >= 0 and limit 1..%d", maxHistoryRead)
 	}
-	rd, err := n.backend.ReadRoom(ctx, room, since, limit, n.historyOpts())
+	rd, err := n.backend.ReadRoom(ctx, room, since, limit, n.historyOpts(room))
 	if err != nil {
 		return 0, nil, unavailable("room history", err)
 	}

@@ -78,7 +78,7 @@ type envelope struct {
 	// member's connections follow the room from there. Nil from a node of
 	// an earlier version.
 	RoomSeq *int64   `json:"rs,omitempty"`
-	Except  string   `json:"x,omitempty"`    // kick: spare this connection
+	Except  string   `json:"x,omitempty"`    // kick: spare this connection; message: the connection that does not get it
 	Conn    string   `json:"conn,omitempty"` // kick: only this connection
 	Conns   []string `json:"cs,omitempty"`   // kick: only these connections
 	Code    int      `json:"code,omitempty"`
@@ -247,7 +247,9 @@ func (n *Node) onBus(payload []byte) {
 			return
 		}
 		t := busTarget(e.TType, e.TID)
-		n.deliverLocal(t, newBusDelivery(e.TType, e.TID, body, class(e.Class), e.Seq, e.PubAt))
+		d := newBusDelivery(e.TType, e.TID, body, class(e.Class), e.Seq, e.PubAt)
+		d.except = e.Except
+		n.deliverLocal(t, d)
 		n.logTraced(e.TP, t, e.Seq)
 	case kindMessages:
 		for len(body) > 0 {

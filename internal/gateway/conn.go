@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"cmp"
+	"encoding/json"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -186,6 +187,7 @@ type connExtra struct {
 	// connection is in, its changes waiting for the worker, and whether
 	// the connection ended (it enters no room after that).
 	pres        map[string]*connPres
+	presInfo    map[string]json.RawMessage // a join proxy's info for the room's presence entry
 	presq       []presOp
 	presRunning bool
 	presClosed  bool
@@ -219,7 +221,7 @@ func (x *connExtra) idle() bool {
 	return len(x.inq) == 0 && len(x.sendq) == 0 && !x.sending && x.sendBlock == "" && x.rpcs == 0 &&
 		!x.refreshed && x.claims == nil && x.room == nil &&
 		x.info == nil && !x.lifeUp && x.closeCode == 0 && x.closeReason == "" &&
-		len(x.pres) == 0 && len(x.presq) == 0 && !x.presRunning && !x.presClosed
+		len(x.pres) == 0 && len(x.presq) == 0 && !x.presRunning && !x.presClosed && len(x.presInfo) == 0
 }
 
 func (c *conn) logger() *slog.Logger {

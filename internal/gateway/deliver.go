@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"runtime"
@@ -21,6 +22,7 @@ type delivery struct {
 	class   class
 	seq     int64
 	room    string // a reliable room message: seq is the room's ("" for the inbox)
+	except  string // the connection that does not get it ("": none)
 	pubAt   int64  // Unix ns of the publish, for the latency histogram
 
 	textOnce sync.Once
@@ -130,6 +132,9 @@ func (c *conn) deliver(d *delivery) {
 	}
 }
 
+// excepts reports whether c is the connection the message spares.
+func (d *delivery) excepts(c *conn) bool { return d.except != "" && d.except == c.connID() }
+
 // Seq is the message's seq, 0 when it is not reliable (session.Message).
 func (d *delivery) Seq() int64 { return d.seq }
 
@@ -161,6 +166,9 @@ func (c *conn) deliverLocked(d *delivery) bool {
 		return false
 	}
 	if d.seq == 0 {
+		if d.excepts(c) {
+			return false
+		}
 		return c.queueLiveLocked(d)
 	}
 	switch c.sess.Deliver(c.driver(), d) {
@@ -193,7 +201,9 @@ func (c *conn) driver() *connDriver { return (*connDriver)(c) }
 
 func (dr *connDriver) Room() bool { return (*conn)(dr).roomLocked() }
 
-func (dr *connDriver) Member(room string) bool { return dr.n.hub.member(dr.user, room) }
+func (dr *connDriver) Member(room string) bool {
+	return dr.n.hub.member(dr.user, room) || dr.n.hub.connMember((*conn)(dr), room)
+}
 
 func (dr *connDriver) Now() int64 { return time.Now().Unix() }
 
@@ -204,6 +214,9 @@ func (dr *connDriver) HeldMax(s *stream) int { return (*conn)(dr).heldMax(s) }
 // skipped (counted).
 func (dr *connDriver) QueueLive(s *stream, d *delivery) {
 	c := (*conn)(dr)
+	if d.excepts(c) {
+		return // its place in the stream is taken, without a frame
+	}
 	fr := d.frameFor(c)
 	if c.tp == tpSSE {
 		fr = c.reliableFrameLocked(d.msgJSON)
@@ -402,7 +415,7 @@ func (n *Node) readStream(user, room string, since int64) (cluster.InboxRead, er
 	if room == "" {
 		return n.backend.ReadInbox(ctx, user, since, n.inboxOpts())
 	}
-	return n.backend.ReadRoom(ctx, room, since, 0, n.historyOpts())
+	return n.backend.ReadRoom(ctx, room, since, 0, n.historyOpts(room))
 }
 
 // sessionRead is rd as the session takes it.
@@ -483,7 +496,9 @@ func (n *Node) inboxOpts() cluster.InboxOptions {
 	return cluster.InboxOptions{Limit: n.cfg.InboxLimit, TTL: n.cfg.InboxTTL}
 }
 
-// historyOpts bound a reliable room's history.
-func (n *Node) historyOpts() cluster.InboxOptions {
-	return cluster.InboxOptions{Limit: n.cfg.RoomHistoryLimit, TTL: n.cfg.RoomHistoryTTL}
+// historyOpts bound a reliable room's history: its namespace's bounds,
+// else the node's.
+func (n *Node) historyOpts(room string) cluster.InboxOptions {
+	ns := n.ns(room)
+	return cluster.InboxOptions{Limit: cmp.Or(ns.HistoryLimit, n.cfg.RoomHistoryLimit), TTL: cmp.Or(ns.HistoryTTL, n.cfg.RoomHistoryTTL)}
 }

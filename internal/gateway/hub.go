@@ -22,6 +22,9 @@ type hub struct {
 	list    []*conn // every connection (conn.hubIdx is its place): all() is a copy, not a walk of users
 	users   map[string]*localUser
 	rooms   map[string]*localRoom
+	// connRooms are the rooms each connection joined by itself (a
+	// namespace with scope: connection), only for connections that did.
+	connRooms map[*conn][]string
 	// changing counts, per user, the membership changes this node has in
 	// flight (changeMembership): the backend may have them before the
 	// index does.
@@ -35,14 +38,86 @@ type localUser struct {
 	gen   uint64   // moves at every change of rooms (memberSnap)
 }
 
-// localRoom is a room with a member connected here.
+// localRoom is a room with a member connected here: users (all their
+// connections) and connections of their own (scope: connection).
 type localRoom struct {
 	name    string
 	members map[*localUser]struct{}
+	conns   map[*conn]struct{}
+}
+
+func (m *localRoom) empty() bool { return len(m.members) == 0 && len(m.conns) == 0 }
+
+// joinConn adds room to the connection alone; added reports whether the
+// room gained its first local member, joined whether c was not in it.
+func (h *hub) joinConn(c *conn, room string) (added, joined bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if slices.Contains(h.connRooms[c], room) {
+		return false, false
+	}
+	m := h.rooms[room]
+	if m == nil {
+		m = &localRoom{name: room, members: map[*localUser]struct{}{}}
+		h.rooms[room] = m
+	}
+	if m.conns == nil {
+		m.conns = map[*conn]struct{}{}
+	}
+	added = m.empty()
+	m.conns[c] = struct{}{}
+	h.connRooms[c] = append(h.connRooms[c], m.name)
+	return added, true
+}
+
+// leaveConn removes a room the connection joined alone; emptied reports
+// whether the room lost its last local member, left whether c was in it.
+func (h *hub) leaveConn(c *conn, room string) (emptied, left bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.leaveConnLocked(c, room)
+}
+
+func (h *hub) leaveConnLocked(c *conn, room string) (emptied, left bool) {
+	rs := h.connRooms[c]
+	i := slices.Index(rs, room)
+	if i < 0 {
+		return false, false
+	}
+	if rs = slices.Delete(rs, i, i+1); len(rs) == 0 {
+		delete(h.connRooms, c)
+	} else {
+		h.connRooms[c] = rs
+	}
+	m := h.rooms[room]
+	if m == nil {
+		return false, true
+	}
+	delete(m.conns, c)
+	if m.empty() {
+		delete(h.rooms, room)
+		return true, true
+	}
+	return false, true
+}
+
+// connMember reports whether c joined room by itself.
+func (h *hub) connMember(c *conn, room string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return slices.Contains(h.connRooms[c], room)
+}
+
+// connRoomCount is how many rooms c joined by itself.
+func (h *hub) connRoomCount(c *conn) int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.connRooms[c])
 }
 
 func newHub(n *Node) *hub {
-	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]*localRoom{}, changing: map[string]int{}, streams: map[uint64]*conn{}}
+	return &hub{node: n, users: map[string]*localUser{}, rooms: map[string]*localRoom{}, changing: map[string]int{}, streams: map[uint64]*conn{},
+		connRooms: map[*conn][]string{}}
 }
 
 // add indexes c; first is true when it is its user's first local connection.
@@ -92,8 +167,13 @@ func (h *hub) remove(c *conn) (emptied []string, found bool) {
 		delete(h.streams, c.idSeq)
 	}
 	h.node.metrics.Connections.WithLabelValues(tpNames[c.tp]).Set(float64(h.byTP[c.tp]))
+	for _, room := range slices.Clone(h.connRooms[c]) {
+		if gone, _ := h.leaveConnLocked(c, room); gone {
+			emptied = append(emptied, room)
+		}
+	}
 	if len(u.conns) > 0 {
-		return nil, true
+		return emptied, true
 	}
 	delete(h.users, c.user)
 	for _, room := range slices.Clone(u.rooms) {
@@ -148,9 +228,10 @@ func (h *hub) joinLocked(u *localUser, room string) bool {
 		m = &localRoom{name: room, members: map[*localUser]struct{}{}}
 		h.rooms[room] = m
 	}
+	added := m.empty()
 	u.rooms = append(u.rooms, m.name)
 	m.members[u] = struct{}{}
-	return len(m.members) == 1
+	return added
 }
 
 // leave removes room from a local user; emptied reports whether the room
@@ -180,7 +261,7 @@ func (h *hub) leaveLocked(u *localUser, room string) bool {
 		return false
 	}
 	delete(m.members, u)
-	if len(m.members) == 0 {
+	if m.empty() {
 		delete(h.rooms, room)
 		return true
 	}
@@ -223,6 +304,11 @@ func (h *hub) roomConns(room string) []*conn {
 	if m := h.rooms[room]; m != nil {
 		for u := range m.members {
 			out = append(out, u.conns...)
+		}
+		for c := range m.conns {
+			if _, member := m.members[h.users[c.user]]; !member {
+				out = append(out, c)
+			}
 		}
 	}
 	return out

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -64,30 +63,11 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 			c.reply(cf.ID, err, 0)
 		}
 	case protocol.TypeJoin:
-		if !auth.AllowRoom(c.claims(), cf.Room) {
-			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's rooms claim does not allow room "+cf.Room)
-			return
-		}
-		_, err := c.n.changeMembership(ctx, cf.Room, c.user, true, c, cf.Since)
-		if ae, ok := err.(*APIError); ok && ae.Code == codeTooManyRooms {
-			c.replyRefused(cf.ID, protocol.ErrForbidden, ae.Message)
-			return
-		}
-		if err == nil && cf.Since != nil {
-			c.replayRoom(cf.Room, *cf.Since)
-		}
-		c.reply(cf.ID, err, 0)
+		c.joinFrame(ctx, cf)
 	case protocol.TypeLeave:
-		c.reply(cf.ID, c.n.LeaveRoom(ctx, cf.Room, c.user), 0)
+		c.leaveFrame(ctx, cf)
 	case protocol.TypePublish:
-		if !auth.AllowPublish(c.claims(), cf.Target.Type, cf.Target.ID) {
-			c.replyRefused(cf.ID, protocol.ErrForbidden, "the token's pub claim does not allow "+cf.Target.Type+":"+cf.Target.ID)
-			return
-		}
-		// The sender is the verified user: a "from" in the frame or its
-		// data is never read.
-		_, err := c.n.Publish(ctx, PublishRequest{Target: *cf.Target, Event: cf.Event, Data: cf.Data, Class: "chat", From: c.user})
-		c.reply(cf.ID, err, 0)
+		c.publishFrame(ctx, cf)
 	case protocol.TypeSend:
 		c.handleSend(cf)
 	case protocol.TypeRPC:

@@ -199,6 +199,12 @@ func (n *Node) runPresence(c *conn) {
 		e := cluster.PresenceEntry{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, Device: c.deviceName()}
 		if op.enter {
 			e.Info = c.presenceInfo()
+			c.mu.Lock()
+			if info, ok := c.x.presInfo[op.room]; ok {
+				e.Info = info // the join proxy's
+				delete(c.x.presInfo, op.room)
+			}
+			c.mu.Unlock()
 			n.enterPresence(c, op, e)
 		} else {
 			n.leavePresence(op.room, e)

@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,5 +66,206 @@ func TestRoomPresenceJoinedLeft(t *testing.T) {
 	f := a.expect("joined")
 	if f["user"] != "b" || f["room"] != "meet:x" {
 		t.Fatalf("joined %v", f)
+	}
+}
+
+// request sends a frame with id and returns its reply, skipping other
+// frames (kept in skipped).
+func frameReq(t testing.TB, c *wsClient, f map[string]any) map[string]any {
+	t.Helper()
+	c.send(f)
+	for {
+		r := c.next(5 * time.Second)
+		if r["type"] == "reply" && r["id"] == f["id"] {
+			return r
+		}
+	}
+}
+
+func refusedCode(r map[string]any) string {
+	if r["ok"] == true {
+		return ""
+	}
+	e, _ := r["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+// noFrameOf checks that, up to the answer of a ping, c got no frame of
+// the given type and event.
+func noFrameOf(t *testing.T, c *wsClient, typ, event string) {
+	t.Helper()
+	c.send(map[string]any{"type": "ping", "id": "p"})
+	for {
+		f := c.next(5 * time.Second)
+		if f["type"] == "pong" {
+			return
+		}
+		if f["type"] == typ && (event == "" || f["event"] == event) {
+			t.Fatalf("unexpected frame %v", f)
+		}
+	}
+}
+
+func TestRoomScopeConnection(t *testing.T) {
+	n := startNode(t, withRooms("rooms:\n  - pattern: \"tab:*\"\n    scope: connection\n    presence: true\n")(t))
+	tok := token(t, "u", map[string]any{"rooms": []string{"tab:*"}})
+	dial := func() *wsClient {
+		c := n.dial(t, "", http.Header{"Authorization": {"Bearer " + tok}}, true)
+		c.expect("welcome")
+		return c
+	}
+	a, b := dial(), dial()
+	if r := frameReq(t, a, map[string]any{"type": "join", "id": "1", "room": "tab:1"}); r["ok"] != true {
+		t.Fatalf("join: %v", r)
+	}
+	pub(t, n, PublishRequest{Target: roomTarget("tab:1"), Event: "hello"})
+	if f := a.expect("message"); f["event"] != "hello" {
+		t.Fatalf("the joined connection got %v", f)
+	}
+	noFrameOf(t, b, "message", "hello") // the user's other connection did not join
+	if m, _ := n.RoomMembers(context.Background(), "tab:1"); len(m) != 0 {
+		t.Fatalf("a connection's join stored a membership of the user: %v", m)
+	}
+	eventually(t, 5*time.Second, "the connection in the room's presence", func() bool {
+		p, err := n.ReadRoomPresence(context.Background(), "tab:1", "", 10)
+		return err == nil && p.Connections == 1
+	})
+	a.conn.Close()
+	eventually(t, 5*time.Second, "the closed connection out of presence", func() bool {
+		p, err := n.ReadRoomPresence(context.Background(), "tab:1", "", 10)
+		return err == nil && p.Connections == 0
+	})
+	pub(t, n, PublishRequest{Target: roomTarget("tab:1"), Event: "after"})
+	noFrameOf(t, b, "message", "after")
+}
+
+func TestRoomPublishModesEchoAndExcept(t *testing.T) {
+	n := startNode(t, withRooms("rooms:\n  - pattern: \"m:*\"\n    publish: members\n    echo: false\n  - pattern: \"ro:*\"\n    publish: none\n")(t))
+	tok := func(u string) string { return token(t, u, map[string]any{"rooms": []string{"m:*", "ro:*"}, "pub": []string{"room:*"}}) }
+	dial := func(u string) *wsClient {
+		c := n.dial(t, "", http.Header{"Authorization": {"Bearer " + tok(u)}}, true)
+		c.expect("welcome")
+		return c
+	}
+	a, b := dial("a"), dial("b")
+	noClaim := n.dial(t, "", http.Header{"Authorization": {"Bearer " + token(t, "c", map[string]any{"rooms": []string{"m:*"}})}}, true)
+	noClaim.expect("welcome")
+	for i, c := range []*wsClient{a, b, noClaim} {
+		if r := frameReq(t, c, map[string]any{"type": "join", "id": "j", "room": "m:1"}); r["ok"] != true {
+			t.Fatalf("join %d: %v", i, r)
+		}
+	}
+	// A member without a pub claim may publish (members); echo off: not back to itself.
+	noClaim.send(map[string]any{"type": "publish", "id": "p1", "target": map[string]any{"type": "room", "id": "m:1"}, "event": "say"})
+	a.expect("message")
+	b.expect("message")
+	noClaim.send(map[string]any{"type": "ping", "id": "p"})
+	for replied := false; ; {
+		f := noClaim.next(5 * time.Second)
+		if f["type"] == "reply" && f["id"] == "p1" {
+			if f["ok"] != true {
+				t.Fatalf("member publish refused: %v", f)
+			}
+			replied = true
+		}
+		if f["type"] == "message" {
+			t.Fatalf("echo off, but the sender got its message back: %v", f)
+		}
+		if f["type"] == "pong" {
+			if !replied {
+				t.Fatal("no reply to the publish")
+			}
+			break
+		}
+	}
+	// A non-member with a pub claim may not.
+	outsider := dial("d")
+	if r := frameReq(t, outsider, map[string]any{"type": "publish", "id": "p2", "target": map[string]any{"type": "room", "id": "m:1"}, "event": "x"}); refusedCode(r) != "forbidden" {
+		t.Fatalf("non-member publish: %v", r)
+	}
+	if r := frameReq(t, a, map[string]any{"type": "publish", "id": "p3", "target": map[string]any{"type": "room", "id": "ro:1"}, "event": "x"}); refusedCode(r) != "forbidden" {
+		t.Fatalf("publish to a publish: none room: %v", r)
+	}
+	// except on an API publish.
+	var aID string
+	n.hub.mu.RLock()
+	for _, c := range n.hub.users["a"].conns {
+		aID = c.connID()
+	}
+	n.hub.mu.RUnlock()
+	pub(t, n, PublishRequest{Target: roomTarget("m:1"), Event: "api", Except: aID})
+	b.expect("message")
+	noFrameOf(t, a, "message", "api")
+}
+
+func TestRoomTokenMaxMembersAndJoinProxy(t *testing.T) {
+	var asked atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		var body struct {
+			User, Room string
+			Data       json.RawMessage
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		switch string(body.Data) {
+		case `"let me"`:
+			_, _ = w.Write([]byte(`{"info":{"seat":7}}`))
+		case `"broken"`:
+			w.WriteHeader(http.StatusInternalServerError)
+		default:
+			w.WriteHeader(http.StatusForbidden)
+		}
+	}))
+	t.Cleanup(proxy.Close)
+	n := startNode(t, withRooms("rooms:\n  - pattern: \"vip:*\"\n    presence: true\n    join_proxy: "+proxy.URL+"\n  - pattern: \"small:*\"\n    presence: true\n    max_members: 1\n  - pattern: \"priv:*\"\n")(t))
+	c := n.dial(t, "", http.Header{"Authorization": {"Bearer " + token(t, "u", nil)}}, true)
+	c.expect("welcome")
+	if r := frameReq(t, c, map[string]any{"type": "join", "id": "1", "room": "priv:1"}); refusedCode(r) != "forbidden" {
+		t.Fatalf("join without a claim: %v", r)
+	}
+	for _, bad := range []string{token(t, "other", map[string]any{"room": "priv:1"}), token(t, "u", map[string]any{"room": "priv:2"}), "junk"} {
+		if r := frameReq(t, c, map[string]any{"type": "join", "id": "2", "room": "priv:1", "token": bad}); refusedCode(r) != "forbidden" {
+			t.Fatalf("join with a wrong room token: %v", r)
+		}
+	}
+	if m, _ := n.RoomMembers(context.Background(), "priv:1"); len(m) != 0 {
+		t.Fatalf("refused joins registered %v", m)
+	}
+	if r := frameReq(t, c, map[string]any{"type": "join", "id": "3", "room": "priv:1", "token": token(t, "u", map[string]any{"room": "priv:1"})}); r["ok"] != true {
+		t.Fatalf("join with its room token: %v", r)
+	}
+	// The join proxy decides each join, and its info is the presence's.
+	for data, want := range map[string]string{`"no"`: "forbidden", `"broken"`: "unavailable"} {
+		if r := frameReq(t, c, map[string]any{"type": "join", "id": "4", "room": "vip:1", "data": json.RawMessage(data)}); refusedCode(r) != want {
+			t.Fatalf("join proxy answering for %s: %v, want %s", data, r, want)
+		}
+	}
+	if r := frameReq(t, c, map[string]any{"type": "join", "id": "5", "room": "vip:1", "data": "let me"}); r["ok"] != true {
+		t.Fatalf("join allowed by the proxy: %v", r)
+	}
+	if asked.Load() != 3 {
+		t.Fatalf("the join proxy was asked %d times, want 3 (no caching)", asked.Load())
+	}
+	eventually(t, 5*time.Second, "the proxy's info in presence", func() bool {
+		p, err := n.ReadRoomPresence(context.Background(), "vip:1", "", 10)
+		return err == nil && len(p.Clients) == 1 && string(p.Clients[0].Info) == `{"seat":7}`
+	})
+	// max_members 1: a second user is refused "full".
+	small := func(u string) *wsClient {
+		x := n.dial(t, "", http.Header{"Authorization": {"Bearer " + token(t, u, map[string]any{"rooms": []string{"small:*"}})}}, true)
+		x.expect("welcome")
+		return x
+	}
+	s1, s2 := small("s1"), small("s2")
+	if r := frameReq(t, s1, map[string]any{"type": "join", "id": "6", "room": "small:1"}); r["ok"] != true {
+		t.Fatalf("first join: %v", r)
+	}
+	eventually(t, 5*time.Second, "s1 present", func() bool {
+		p, err := n.ReadRoomPresence(context.Background(), "small:1", "", 0)
+		return err == nil && p.Users == 1
+	})
+	if r := frameReq(t, s2, map[string]any{"type": "join", "id": "7", "room": "small:1"}); refusedCode(r) != "full" {
+		t.Fatalf("join beyond max_members: %v", r)
 	}
 }

@@ -33,6 +33,9 @@ type PublishRequest struct {
 	// nodes. An invalid value is ignored.
 	Traceparent string
 	From        string // the publishing client's user id (client publish frames); empty for the API
+	// Except is a connection id that does not get the message (contract
+	// 19: the API's "except", a client publish to a room with echo off).
+	Except string
 }
 
 // PublishResult is the API's answer to a publish.
@@ -84,6 +87,11 @@ func (r *PublishRequest) Validate() (class, error) {
 	if len(r.Event) > protocol.MaxNameBytes {
 		return 0, badRequest("event is longer than %d bytes", protocol.MaxNameBytes)
 	}
+	if r.Except != "" {
+		if err := protocol.ValidName("except", r.Except); err != nil {
+			return 0, badRequest("%v", err)
+		}
+	}
 	if len(r.Data) == 0 {
 		r.Data = json.RawMessage("null")
 	}
@@ -102,6 +110,7 @@ const idempotencyTTL = cluster.KeyLifetime
 // inbox append is bound to the key (cluster.InboxAppend.Key). A key reused
 // with another body is answered 409.
 func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, error) {
+	n.applyNamespace(&r)
 	cl, err := r.Validate()
 	if err != nil {
 		return PublishResult{}, err
@@ -249,13 +258,13 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		online := len(n.lb.live(routes)) > 0
 		res.Online = &online
 		nodes := routeNodes(routes)
-		n.route(ctx, nodes, &msg, cl, now, tp)
+		n.route(ctx, nodes, &msg, cl, now, tp, r.Except)
 	case protocol.TargetRoom:
 		if r.Reliable {
 			// One step: the room's next seq, the history and its trim,
 			// and the room's nodes (cluster.Backend.AppendRooms).
 			start := time.Now()
-			o := n.backend.AppendRooms(ctx, []cluster.RoomAppend{{Room: r.Target.ID, Payload: protocol.AppendMessageJSON(nil, &msg), Key: r.IdempotencyKey}}, n.historyOpts())[0]
+			o := n.backend.AppendRooms(ctx, []cluster.RoomAppend{{Room: r.Target.ID, Payload: protocol.AppendMessageJSON(nil, &msg), Key: r.IdempotencyKey}}, n.historyOpts(r.Target.ID))[0]
 			n.observe("publish", start, o.Err)
 			if o.Err != nil {
 				return PublishResult{}, unavailable("room history append", o.Err)
@@ -264,7 +273,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 				n.metrics.RoomHistory.Inc()
 			}
 			msg.Seq, res.Seq = o.Seq, o.Seq
-			n.route(ctx, o.Nodes, &msg, cl, now, tp)
+			n.route(ctx, o.Nodes, &msg, cl, now, tp, r.Except)
 			break
 		}
 		start := time.Now()
@@ -273,7 +282,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		if err != nil {
 			return PublishResult{}, unavailable("room nodes", err)
 		}
-		n.route(ctx, nodes, &msg, cl, now, tp)
+		n.route(ctx, nodes, &msg, cl, now, tp, r.Except)
 	case protocol.TargetBroadcast:
 		// Over the bus first: a broadcast answered 503 is delivered
 		// nowhere, so that a retry does not deliver it twice here.
@@ -283,14 +292,16 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		defer cancel()
 		dl, _ := bctx.Deadline()
 		body := protocol.AppendMessageJSON(nil, &msg)
-		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli(), TP: tp}, body)
+		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli(), TP: tp, Except: r.Except}, body)
 		start := time.Now()
 		err := n.backend.Broadcast(bctx, env)
 		n.observe("bus", start, err)
 		if err != nil {
 			return PublishResult{}, unavailable("broadcast", err)
 		}
-		n.deliverLocal(r.Target, newDelivery(body, cl, 0, now.UnixNano()))
+		d := newDelivery(body, cl, 0, now.UnixNano())
+		d.except = r.Except
+		n.deliverLocal(r.Target, d)
 		n.logTraced(tp, r.Target, 0)
 	}
 	return res, nil
@@ -304,7 +315,7 @@ const busSendTimeout = 1500 * time.Millisecond
 
 // route delivers msg locally if this node is among nodes, and sends it to
 // the others over the bus (with the trace context tp, if any).
-func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message, cl class, now time.Time, tp string) {
+func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message, cl class, now time.Time, tp, except string) {
 	if len(nodes) == 0 {
 		return
 	}
@@ -312,7 +323,9 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	var remote []string
 	for _, id := range nodes {
 		if id == n.cfg.NodeID {
-			n.deliverLocal(msg.Target, newBusDelivery(msg.Target.Type, msg.Target.ID, body, cl, msg.Seq, now.UnixNano()))
+			d := newBusDelivery(msg.Target.Type, msg.Target.ID, body, cl, msg.Seq, now.UnixNano())
+			d.except = except
+			n.deliverLocal(msg.Target, d)
 			n.logTraced(tp, msg.Target, msg.Seq)
 		} else {
 			remote = append(remote, id)
@@ -321,7 +334,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	if len(remote) == 0 {
 		return
 	}
-	env := encodeEnvelope(envelope{Kind: kindMessage, TType: busTargetType(msg.Target.Type, msg.Seq), TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID, TP: tp}, body)
+	env := encodeEnvelope(envelope{Kind: kindMessage, TType: busTargetType(msg.Target.Type, msg.Seq), TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID, TP: tp, Except: except}, body)
 	start := time.Now()
 	err := n.backend.Send(ctx, remote, env)
 	n.observe("bus", start, err)
@@ -523,6 +536,14 @@ func (n *Node) resend(nodes []string, env []byte) {
 			return
 		}
 		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+// applyNamespace makes a publish to a room of a reliable namespace
+// reliable.
+func (n *Node) applyNamespace(r *PublishRequest) {
+	if r.Target.Type == protocol.TargetRoom && n.ns(r.Target.ID).Reliable {
+		r.Reliable = true
 	}
 }
 

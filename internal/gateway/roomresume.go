@@ -67,7 +67,7 @@ func (n *Node) resumeRooms(ctx context.Context, rooms []string, since map[string
 			continue
 		}
 		start := time.Now()
-		rd, err := n.backend.ReadRoom(ctx, room, s, 0, n.historyOpts())
+		rd, err := n.backend.ReadRoom(ctx, room, s, 0, n.historyOpts(room))
 		n.observe("room_history", start, err)
 		if out.reads == nil {
 			out.reads = map[string]roomRead{}
