@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,7 +142,9 @@ func TestRoomScopeConnection(t *testing.T) {
 
 func TestRoomPublishModesEchoAndExcept(t *testing.T) {
 	n := startNode(t, withRooms("rooms:\n  - pattern: \"m:*\"\n    publish: members\n    echo: false\n  - pattern: \"ro:*\"\n    publish: none\n")(t))
-	tok := func(u string) string { return token(t, u, map[string]any{"rooms": []string{"m:*", "ro:*"}, "pub": []string{"room:*"}}) }
+	tok := func(u string) string {
+		return token(t, u, map[string]any{"rooms": []string{"m:*", "ro:*"}, "pub": []string{"room:*"}})
+	}
 	dial := func(u string) *wsClient {
 		c := n.dial(t, "", http.Header{"Authorization": {"Bearer " + tok(u)}}, true)
 		c.expect("welcome")
