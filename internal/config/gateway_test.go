@@ -53,6 +53,7 @@ var contractDefaults = map[string]string{
 	"WSGATE_INBOX_TTL":             "24h",
 	"WSGATE_ROOM_HISTORY_LIMIT":    "100",
 	"WSGATE_ROOM_HISTORY_TTL":      "24h",
+	"WSGATE_ROOMS_FILE":            "",
 	"WSGATE_DRAIN_TIMEOUT":         "2m",
 	"WSGATE_DRAIN_RATE":            "500",
 	"WSGATE_WARMUP":                "0s",

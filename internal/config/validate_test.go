@@ -26,6 +26,13 @@ func TestGatewayValidate(t *testing.T) {
 		err  string
 	}{
 		{"defaults", func(c *Gateway) {}, ""},
+		{"rooms file missing", func(c *Gateway) { c.RoomsFile = dir + "/none.yml" }, "WSGATE_ROOMS_FILE: open "},
+		{"rooms file bad", func(c *Gateway) {
+			c.RoomsFile = writeFile(t, "rooms.yml", "rooms:\n  - pattern: a\n    scope: tab\n")
+		}, `scope must be user or connection, got "tab"`},
+		{"rooms file ok", func(c *Gateway) {
+			c.RoomsFile = writeFile(t, "rooms-ok.yml", "rooms:\n  - pattern: \"chat:*\"\n    presence: true\n")
+		}, ""},
 		{"listen no port", func(c *Gateway) { c.Listen = "localhost" },
 			`WSGATE_LISTEN ("localhost") must be host:port, e.g. :8080 or 127.0.0.1:8080: missing port in address`},
 		{"listen bad port", func(c *Gateway) { c.Listen = ":http" }, `WSGATE_LISTEN (":http") must be host:port|port "http"`},
@@ -120,7 +127,7 @@ func TestGatewayValidate(t *testing.T) {
 			`WSGATE_TRANSPORTS entry "polling" is not a transport (want ws, sse, stream)`},
 		{"events ok", func(c *Gateway) { c.Events = []string{"connect", "offline", "undelivered"} }, ""},
 		{"event unknown", func(c *Gateway) { c.Events = []string{"connect", "presence"} },
-			`WSGATE_EVENTS entry "presence" is not an event (want connect, disconnect, online, offline, join, leave, ack, undelivered)`},
+			`WSGATE_EVENTS entry "presence" is not an event (want connect, disconnect, online, offline, join, leave, ack, undelivered, occupied, vacated)`},
 		{"undelivered negative", func(c *Gateway) { c.UndeliveredAfter = -time.Second }, "WSGATE_UNDELIVERED_AFTER (-1s) must not be negative"},
 		{"connect url ok", func(c *Gateway) { c.ConnectURL = "http://auth.internal:8000/ws-auth" }, ""},
 		{"connect url bad", func(c *Gateway) { c.ConnectURL = "auth.internal/ws" }, "WSGATE_CONNECT_URL must be an http:// or https:// URL with a host"},
