@@ -103,8 +103,10 @@ type envelope struct {
 	Session string `json:"ss,omitempty"`
 	Taken   int    `json:"n,omitempty"`
 
-	// At is a presence removal's seq (kindPresence, left).
-	At int64 `json:"at,omitempty"`
+	// At is a presence removal's seq (kindPresence, left); UserConns the
+	// user's connections present after the change.
+	At        int64 `json:"at,omitempty"`
+	UserConns int64 `json:"uc,omitempty"`
 }
 
 func encodeEnvelope(e envelope, body []byte) []byte {
@@ -280,7 +282,7 @@ func (n *Node) onBus(payload []byte) {
 		}
 		n.applyMembership(e.User, e.Room, e.Join, e.RoomSeq)
 	case kindPresence:
-		n.deliverPresence(presEvent{room: e.Room, user: e.User, conn: e.Conn, join: e.Join, seq: e.Seq, at: e.At, info: json.RawMessage(slices.Clone(body))})
+		n.deliverPresence(presEvent{room: e.Room, user: e.User, conn: e.Conn, join: e.Join, seq: e.Seq, at: e.At, userConns: e.UserConns, info: json.RawMessage(slices.Clone(body))})
 	case kindDrain:
 		n.draining.Store(true) // new handshakes refused from now on
 		n.goFunc(func() { n.Drain("api") })

@@ -66,7 +66,12 @@ type presEvent struct {
 	join             bool
 	seq              int64 // the entry's seq
 	at               int64 // left: the removal's seq
-	info             json.RawMessage
+	// userConns is the user's connections in the room's presence after
+	// the change: 1 after a joined is the user's arrival, 0 after a left
+	// its departure (what user-level presence, such as Pusher's
+	// member_added and member_removed, is built on).
+	userConns int64
+	info      json.RawMessage
 }
 
 // SetRooms replaces the namespaces (a reload of the rooms file). Every
@@ -381,6 +386,7 @@ func (n *Node) retryPresence() {
 // once, the other nodes holding members through the bus; and the
 // business of a room becoming occupied or vacated.
 func (n *Node) announcePresence(ev presEvent, ch cluster.PresenceChange) {
+	ev.userConns = ch.UserConns
 	if n.events != nil {
 		switch {
 		case ev.join && ch.Counts.Conns == 1:
@@ -406,7 +412,7 @@ func (n *Node) announcePresence(ev presEvent, ch cluster.PresenceChange) {
 	if len(nodes) == 0 {
 		return
 	}
-	env := encodeEnvelope(envelope{Kind: kindPresence, Room: ev.room, User: ev.user, Conn: ev.conn, Join: ev.join, Seq: ev.seq, At: ev.at}, ev.info)
+	env := encodeEnvelope(envelope{Kind: kindPresence, Room: ev.room, User: ev.user, Conn: ev.conn, Join: ev.join, Seq: ev.seq, At: ev.at, UserConns: ev.userConns}, ev.info)
 	if err := n.backend.Send(ctx, nodes, env); err != nil {
 		n.log.Warn("room members of other nodes not told of a presence change", "room", ev.room, "err", err)
 	}
