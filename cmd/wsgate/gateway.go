@@ -145,8 +145,11 @@ func runGateway(args []string, dev bool) int {
 	go func() { serveErr <- node.Serve(ln) }()
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	if cfg.RoomsFile != "" {
-		go reloadRoomsOnHangup(node, cfg.RoomsFile, log)
+	switch {
+	case cfg.RoomsFile != "":
+		go reloadRoomsOnHangup(node, log, cfg.RoomsFile, rooms.Load)
+	case cfg.RoomsConfigFile != "":
+		go reloadRoomsOnHangup(node, log, cfg.RoomsConfigFile, config.RoomsOfConfigFile)
 	}
 	select {
 	case err := <-serveErr:
@@ -171,14 +174,15 @@ func runGateway(args []string, dev bool) int {
 	return 0
 }
 
-// reloadRoomsOnHangup reads the rooms file again at each SIGHUP: a file
-// that parses replaces the namespaces (connections stay); one that does
-// not is logged and the namespaces in use stay.
-func reloadRoomsOnHangup(node *gateway.Node, path string, log *slog.Logger) {
+// reloadRoomsOnHangup reads the namespaces again at each SIGHUP (the
+// rooms file, or the rooms: key of the config file): a file that parses
+// replaces them (connections stay); one that does not is logged and the
+// namespaces in use stay.
+func reloadRoomsOnHangup(node *gateway.Node, log *slog.Logger, path string, load func(string) (*rooms.Set, error)) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	for range hup {
-		set, err := rooms.Load(path)
+		set, err := load(path)
 		if err != nil {
 			log.Error("rooms file not reloaded; the namespaces in use stay", "err", err)
 			continue

@@ -41,6 +41,16 @@ func (s *Set) loadFile(path string) error {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		key := k.Value
+		if take := s.blocks[key]; take != nil && k.Kind == yaml.ScalarNode {
+			if first, dup := seen[key]; dup {
+				return fmt.Errorf("config file %s:%d: key %q repeated (first on line %d)", path, k.Line, key, first)
+			}
+			seen[key] = k.Line
+			if err := take(path, v); err != nil {
+				return fmt.Errorf("config file %s:%d: %s: %v", path, k.Line, key, err)
+			}
+			continue
+		}
 		st := s.byKey[key]
 		if k.Kind != yaml.ScalarNode || st == nil || st.hidden {
 			return fmt.Errorf("config file %s:%d: unknown key %q%s", path, k.Line, key, s.keyHint(key))

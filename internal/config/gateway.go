@@ -3,12 +3,15 @@ package config
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/wsgate/wsgate/internal/rooms"
 )
@@ -68,11 +71,14 @@ type Gateway struct {
 	RoomHistoryTTL   time.Duration
 	// RoomsFile is the namespaces file (contract section 19); empty = none.
 	// Rooms is it parsed by Validate.
-	RoomsFile    string
-	Rooms        *rooms.Set
-	DrainTimeout time.Duration
-	DrainRate    float64 // connections per second, 0 = no pacing
-	Warmup       time.Duration
+	RoomsFile string
+	Rooms     *rooms.Set
+	// RoomsConfigFile is the config file whose rooms: key gave Rooms
+	// ("" when none did).
+	RoomsConfigFile string
+	DrainTimeout    time.Duration
+	DrainRate       float64 // connections per second, 0 = no pacing
+	Warmup          time.Duration
 
 	// Lifecycle events and the connect proxy (contract section 13).
 	Events           []string      // WSGATE_EVENTS: names out of EventNames
@@ -117,6 +123,37 @@ func NewGatewaySet(cfg *Gateway) *Set {
 	return s
 }
 
+// roomsBlock takes the rooms: key of the config file: the namespaces, as
+// a rooms file would list them (WSGATE_ROOMS_FILE, when set, wins).
+func roomsBlock(cfg *Gateway) func(path string, v *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		b, err := yaml.Marshal(map[string]*yaml.Node{"rooms": v})
+		if err != nil {
+			return err
+		}
+		set, err := rooms.Parse(b)
+		if err != nil {
+			return err
+		}
+		cfg.Rooms, cfg.RoomsConfigFile = set, path
+		return nil
+	}
+}
+
+// RoomsOfConfigFile reads the namespaces of the rooms: key of a config
+// file again (a reload).
+func RoomsOfConfigFile(path string) (*rooms.Set, error) {
+	var cfg Gateway
+	s := NewGatewaySet(&cfg)
+	if err := s.loadFile(path); err != nil {
+		return nil, err
+	}
+	if cfg.Rooms == nil {
+		return nil, fmt.Errorf("config file %s has no rooms: key any more", path)
+	}
+	return cfg.Rooms, nil
+}
+
 // NewDevSet is NewGatewaySet for the dev subcommand: Dev is set and
 // auth-insecure defaults to true (a single embedded node, no Redis needed).
 func NewDevSet(cfg *Gateway) *Set {
@@ -147,6 +184,7 @@ func (c *Gateway) JWTSecrets() [][]byte {
 }
 
 func registerGateway(s *Set, c *Gateway) {
+	s.blocks = map[string]func(string, *yaml.Node) error{"rooms": roomsBlock(c)}
 	s.String(&c.Listen, "listen", ":8080", "HTTP listen address (WebSocket, and API, metrics and console unless admin-listen is set)")
 	s.String(&c.AdminListen, "admin-listen", "", "listen address of the admin plane: the server API, /metrics, the console and the profiler; "+
 		"when set, the listen address serves only /ws, /healthz, /readyz, /v1/allocate and /client/wsgate.js (and /demo in dev)")

@@ -97,7 +97,7 @@ func (c *Gateway) Validate() error {
 		if err != nil {
 			v.failf("%s: %v", EnvName("rooms-file"), err)
 		}
-		c.Rooms = set
+		c.Rooms, c.RoomsConfigFile = set, ""
 	}
 	v.positive("drain-timeout", c.DrainTimeout)
 	v.rate("drain-rate", c.DrainRate)

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"go.yaml.in/yaml/v3"
+
 	"fmt"
 	"io"
 	"os"
@@ -75,6 +77,10 @@ type Set struct {
 	out      io.Writer
 	args     []string
 	file     string
+	// blocks are top-level keys of the config file that hold a whole
+	// structure rather than one setting (the gateway's rooms:), with the
+	// function that takes it.
+	blocks map[string]func(path string, v *yaml.Node) error
 }
 
 // NewSet returns an empty Set for the subcommand cmd.

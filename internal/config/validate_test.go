@@ -179,3 +179,42 @@ func TestParseLogLevel(t *testing.T) {
 		t.Error("ParseLogLevel(loud) succeeded")
 	}
 }
+
+// The rooms: key of the config file lists namespaces as a rooms file does;
+// WSGATE_ROOMS_FILE wins over it.
+func TestRoomsKeyOfTheConfigFile(t *testing.T) {
+	file := writeFile(t, "gw.yml", "jwt_secret: s3cret\nrooms:\n  - pattern: \"chat:*\"\n    presence: true\n")
+	var c Gateway
+	if err := NewGatewaySet(&c).Load([]string{"--config", file}, envOf(nil)); err != nil {
+		t.Fatal(err)
+	}
+	c.Finish()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if ns := c.Rooms.Match("chat:1"); !ns.Presence || c.RoomsConfigFile != file {
+		t.Fatalf("rooms: key gave %+v from %q", ns, c.RoomsConfigFile)
+	}
+	set, err := RoomsOfConfigFile(file)
+	if err != nil || !set.Match("chat:1").Presence {
+		t.Fatalf("reload: %v", err)
+	}
+	bad := writeFile(t, "bad.yml", "rooms:\n  - pattern: a\n    scope: tab\n")
+	var b Gateway
+	err = NewGatewaySet(&b).Load([]string{"--config", bad}, envOf(nil))
+	if err == nil || !strings.Contains(err.Error(), `rooms: rooms[0] ("a"): scope must be user or connection`) {
+		t.Fatalf("a bad rooms: key: %v", err)
+	}
+	over := writeFile(t, "rooms.yml", "rooms:\n  - pattern: \"chat:*\"\n")
+	var o Gateway
+	if err := NewGatewaySet(&o).Load([]string{"--config", file}, envOf(map[string]string{"WSGATE_ROOMS_FILE": over})); err != nil {
+		t.Fatal(err)
+	}
+	o.Finish()
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Rooms.Match("chat:1").Presence || o.RoomsConfigFile != "" {
+		t.Fatal("WSGATE_ROOMS_FILE did not win over the config file's rooms: key")
+	}
+}
