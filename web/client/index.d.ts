@@ -160,6 +160,30 @@ export interface CloseDetail {
 export interface ExpiringDetail { exp: number }
 export interface RefreshDetail { ok: boolean; exp?: number; code?: string; message?: string }
 
+/** A connection entered a room's presence (rooms with join_leave). */
+export interface JoinedDetail { room: string; user: string; conn_id: string; info?: unknown }
+/** A connection left a room's presence; never before its joined. */
+export interface LeftDetail { room: string; user: string; conn_id: string }
+export interface PresenceClient { user: string; conn_id: string; node: string; device: string; info?: unknown }
+export interface RoomPresence { users: number; connections: number; clients: PresenceClient[]; cursor?: string }
+export interface JoinOptions {
+  /** The room's position: what came after it is replayed first (reliable rooms). */
+  since?: number;
+  /** A room token (a JWT with `sub` and `room`) that allows this join. */
+  token?: string;
+  /** Passed to the room's join proxy. */
+  data?: unknown;
+}
+export interface HistoryOptions {
+  /** Oldest first after this seq (default 0). */
+  since?: number;
+  /** Newest first below this seq (a page; the next page is before the last seq). */
+  before?: number;
+  /** Newest first (with or without before). */
+  reverse?: boolean;
+  limit?: number;
+}
+
 export interface ClientEvents {
   state: StateDetail;
   welcome: Welcome;
@@ -171,6 +195,8 @@ export interface ClientEvents {
   close: CloseDetail;
   expiring: ExpiringDetail;
   refresh: RefreshDetail;
+  joined: JoinedDetail;
+  left: LeftDetail;
 }
 
 export interface Reply { type: 'reply'; id: string; ok: true; seq?: number }
@@ -218,9 +244,11 @@ export class Client extends EventTarget {
   connect(): Promise<Welcome>;
   /** Closes (in shared mode: detaches this tab; the socket closes with the last tab). */
   close(): Promise<void>;
-  join(room: string, options?: { since?: number }): Promise<Reply>;
+  join(room: string, options?: JoinOptions): Promise<Reply>;
   leave(room: string): Promise<Reply>;
-  history(room: string, options?: { since?: number; limit?: number }): Promise<History>;
+  history(room: string, options?: HistoryOptions): Promise<History>;
+  /** The room's presence (its first page), for a connection in the room. */
+  presence(room: string): Promise<RoomPresence>;
   publish(target: PublishTarget, event: string, data?: unknown): Promise<Reply>;
   send(event: string, data?: unknown): Promise<Reply>;
   rpc<R = unknown>(method: string, data?: unknown): Promise<R>;

@@ -455,7 +455,7 @@ export class Client extends EventTarget {
    * Adds a listener that receives the event's detail. Returns a function
    * that removes it. `type` is one of the client's events (`state`,
    * `welcome`, `open`, `message`, `gap`, `redirect`, `error`, `close`,
-   * `expiring`, `refresh`), or else the name of a message event: then `fn`
+   * `expiring`, `refresh`, `joined`, `left`), or else the name of a message event: then `fn`
    * gets every message whose `event` is that name (`client.on('chat.say',
    * (m) => ...)`), after the `message` listeners got it.
    * @param {string} type
@@ -535,15 +535,19 @@ export class Client extends EventTarget {
    * the room, contract §4.2). Resolves with the reply frame. For a reliable
    * room whose position the client knows, it joins with `since` = that
    * position, so what was missed comes first (§12); `options.since` sets
-   * the position (0: the whole kept history).
+   * the position (0: the whole kept history). `options.token` is a room
+   * token (a JWT with `sub` and `room`) that allows the join; `options.data`
+   * goes to the room's join proxy, if its namespace has one.
    * @param {string} room
-   * @param {{since?: number}} [options]
+   * @param {{since?: number, token?: string, data?: any}} [options]
    * @returns {Promise<{type: 'reply', id: string, ok: true}>}
    */
   join(room, options = {}) {
     if (this.#link) return this.#link.call('join', [room, options]);
     room = String(room);
     const frame = { type: 'join', room };
+    if (options.token != null) frame.token = String(options.token);
+    if (options.data !== undefined) frame.data = options.data;
     const since = options.since ?? this.#rooms.get(room);
     if (since != null) {
       if (!(Number.isInteger(since) && since >= 0)) return Promise.reject(new WsgateError('bad_request', 'wsgate: since must be a non-negative integer'));
@@ -581,6 +585,7 @@ export class Client extends EventTarget {
   async history(room, options = {}) {
     if (this.#link) return this.#link.call('history', [room, options]);
     room = String(room);
+    if (options.before != null || options.reverse) return this.#historyPage(room, options);
     const since = options.since ?? 0;
     const limit = options.limit ?? 100;
     if (!(Number.isInteger(since) && since >= 0)) throw new WsgateError('bad_request', 'wsgate: since must be a non-negative integer');
@@ -595,6 +600,37 @@ export class Client extends EventTarget {
     }
     const top = Math.max(this.#rooms.get(room) ?? 0, ...c.got.map((m) => m.seq));
     return { seq: top, messages: c.got.slice(0, limit) };
+  }
+
+  /**
+   * A page of a reliable room's history, newest first: the kept messages
+   * with seq < `before` (default: all), at most `limit`, read with a
+   * `history` frame (the connection must be in the room). The next page
+   * is `{before: <the last message's seq>}`.
+   */
+  async #historyPage(room, options) {
+    const limit = options.limit ?? 100;
+    const frame = { type: 'history', room, limit, reverse: true };
+    if (options.before != null) {
+      if (!(Number.isInteger(options.before) && options.before >= 0)) throw new WsgateError('bad_request', 'wsgate: before must be a non-negative integer');
+      frame.before = options.before;
+    }
+    if (!(Number.isInteger(limit) && limit > 0)) throw new WsgateError('bad_request', 'wsgate: limit must be a positive integer');
+    const r = await this.#request(frame);
+    const res = r.result ?? {};
+    return { seq: Number(res.seq) || 0, messages: (res.messages ?? []).map(toMessage) };
+  }
+
+  /**
+   * A room's presence (rooms whose namespace has presence): the counts of
+   * users and connections and the connections in it (the first page),
+   * for a connection in the room.
+   * @param {string} room
+   * @returns {Promise<{users: number, connections: number, clients: {user: string, conn_id: string, node: string, device: string, info?: any}[], cursor?: string}>}
+   */
+  presence(room) {
+    if (this.#link) return this.#link.call('presence', [room]);
+    return this.#request({ type: 'presence', room: String(room) }).then((r) => r.result);
   }
 
   async #fetchHistory(room, since, limit) {
@@ -920,6 +956,9 @@ export class Client extends EventTarget {
         return;
       case 'error': return this.#onErrorFrame(f);
       case 'expiring': return this.#onExpiring(f);
+      case 'joined': case 'left': // a room's presence changed (join_leave rooms)
+        this.#emit(f.type, stripUndefined({ room: f.room, user: f.user, conn_id: f.conn_id, info: f.type === 'joined' ? f.info : undefined }));
+        return;
       default: // unknown types are ignored (forward compatibility)
     }
   }
@@ -1555,7 +1594,7 @@ function claim(token, name) {
 // ---- shared mode -------------------------------------------------------------
 
 /** Events a SharedWorker forwards to its tabs. */
-const EVENT_TYPES = ['state', 'welcome', 'open', 'message', 'gap', 'redirect', 'error', 'close', 'expiring', 'refresh'];
+const EVENT_TYPES = ['state', 'welcome', 'open', 'message', 'gap', 'redirect', 'error', 'close', 'expiring', 'refresh', 'joined', 'left'];
 
 const inWorker = typeof SharedWorkerGlobalScope === 'function' && globalThis instanceof SharedWorkerGlobalScope;
 
@@ -1737,7 +1776,7 @@ function hostSharedWorker(scope) {
         if (live().some(([, s]) => s.rooms.has(room))) return { type: 'reply', id: '', ok: true }; // another tab holds it
         return client.leave(room);
       }
-      case 'publish': case 'ping': case 'refresh': case 'send': case 'rpc': case 'flushAck':
+      case 'publish': case 'ping': case 'refresh': case 'send': case 'rpc': case 'flushAck': case 'presence':
         return client[method](...args);
       default:
         throw new WsgateError('bad_request', `wsgate: unknown method ${method}`);

@@ -747,6 +747,34 @@ test('send and rpc frames', async () => {
   await t.client.close();
 });
 
+test('room presence, joined and left, room tokens and history pages (contract §19)', async () => {
+  const t = await open();
+  const seen = [];
+  t.client.on('joined', (d) => seen.push(['joined', d.room, d.conn_id, d.info?.name]));
+  t.client.on('left', (d) => seen.push(['left', d.room, d.conn_id]));
+  const j = t.client.join('meet:1', { token: 'room.jwt', data: { seat: 2 } });
+  const jf = t.ws.frames('join')[0];
+  eq([jf.room, jf.token, jf.data], ['meet:1', 'room.jwt', { seat: 2 }], 'join frame with token and data');
+  t.ws.push({ type: 'reply', id: jf.id, ok: true });
+  await j;
+  t.ws.push({ type: 'joined', room: 'meet:1', user: 'bob', conn_id: 'c9', info: { name: 'Bob' } });
+  t.ws.push({ type: 'left', room: 'meet:1', user: 'bob', conn_id: 'c9' });
+  eq(seen, [['joined', 'meet:1', 'c9', 'Bob'], ['left', 'meet:1', 'c9']], 'joined and left events');
+  const p = t.client.presence('meet:1');
+  const pf = t.ws.frames('presence')[0];
+  eq(pf.room, 'meet:1', 'presence frame');
+  t.ws.push({ type: 'reply', id: pf.id, ok: true, result: { users: 1, connections: 2, clients: [] } });
+  eq((await p).connections, 2, 'presence result');
+  const h = t.client.history('meet:1', { before: 10, limit: 2 });
+  await Promise.resolve();
+  const hf = t.ws.frames('history')[0];
+  eq([hf.before, hf.limit, hf.reverse], [10, 2, true], 'history page frame');
+  t.ws.push({ type: 'reply', id: hf.id, ok: true, result: { seq: 12, messages: [{ id: 'm9', event: 'e', data: 1, ts: 1, target: { type: 'room', id: 'meet:1' }, seq: 9 }] } });
+  const page = await h;
+  eq([page.seq, page.messages.map((m) => m.seq)], [12, [9]], 'history page newest first');
+  await t.client.close();
+});
+
 // ---- transports (contract §18) -------------------------------------------------
 
 test('transports are validated', () => {
