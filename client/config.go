@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -166,6 +167,19 @@ type Handlers struct {
 	// OnError reports an error frame that did not answer a request (see
 	// Publish).
 	OnError func(protocol.ErrorBody)
+	// OnPresence gets the joined and left frames of rooms whose namespace
+	// has join_leave: for one ConnID, never left before joined.
+	OnPresence func(PresenceEvent)
+}
+
+// PresenceEvent is a joined or left frame: ConnID of User entered
+// (Type "joined", with its Info) or left Room's presence.
+type PresenceEvent struct {
+	Type   string
+	Room   string
+	User   string
+	ConnID string
+	Info   json.RawMessage
 }
 
 // State is the client's connection state.

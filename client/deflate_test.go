@@ -24,11 +24,20 @@ import (
 // auth) on a loopback port and returns its WebSocket URL.
 func startGateway(t *testing.T) (*gateway.Node, string) {
 	t.Helper()
+	return startGatewayWith(t, nil)
+}
+
+// startGatewayWith is startGateway with settings changed by mutate.
+func startGatewayWith(t *testing.T, mutate func(*config.Gateway)) (*gateway.Node, string) {
+	t.Helper()
 	cfg := new(config.Gateway)
 	if err := config.NewGatewaySet(cfg).Load(nil, func(string) (string, bool) { return "", false }); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Listen, cfg.NodeID, cfg.AuthInsecure, cfg.APIKey = "127.0.0.1:0", "c1", true, "k"
+	if mutate != nil {
+		mutate(cfg)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		t.Fatal(err)

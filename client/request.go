@@ -102,13 +102,78 @@ func (c *Client) Ping(ctx context.Context) (time.Duration, error) {
 	}
 }
 
+// JoinOptions are the optional parts of a join (JoinWith).
+type JoinOptions struct {
+	// Token is a room token: a JWT signed as client tokens are, with sub =
+	// the user and room = the room; it allows the join whatever the
+	// token's rooms claim says.
+	Token string
+	// Data goes to the room's join proxy, if its namespace has one.
+	Data any
+}
+
+// JoinWith joins room as Join does, with a room token or data for the
+// room's join proxy.
+func (c *Client) JoinWith(ctx context.Context, room string, o JoinOptions) error {
+	if err := protocol.ValidName("room", room); err != nil {
+		return fmt.Errorf("client: JoinWith: %w", err)
+	}
+	f := &protocol.ClientFrame{Type: protocol.TypeJoin, Room: room, Token: o.Token}
+	if o.Data != nil {
+		raw, err := marshalData(o.Data)
+		if err != nil {
+			return fmt.Errorf("client: JoinWith: %w", err)
+		}
+		f.Data = raw
+	}
+	return c.request(ctx, f)
+}
+
+// RoomPresence is a room's presence: its counts and the connections in it
+// (the first page).
+type RoomPresence struct {
+	Users       int64 `json:"users"`
+	Connections int64 `json:"connections"`
+	Clients     []struct {
+		User   string          `json:"user"`
+		ConnID string          `json:"conn_id"`
+		Node   string          `json:"node"`
+		Device string          `json:"device"`
+		Info   json.RawMessage `json:"info,omitempty"`
+	} `json:"clients"`
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// Presence reads the presence of a room the connection is in (its
+// namespace must have presence).
+func (c *Client) Presence(ctx context.Context, room string) (RoomPresence, error) {
+	var p RoomPresence
+	if err := protocol.ValidName("room", room); err != nil {
+		return p, fmt.Errorf("client: Presence: %w", err)
+	}
+	res, err := c.requestResult(ctx, &protocol.ClientFrame{Type: protocol.TypePresence, Room: room})
+	if err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal(res, &p); err != nil {
+		return p, fmt.Errorf("client: Presence: the reply's result: %w", err)
+	}
+	return p, nil
+}
+
 // request sends f with a fresh id on the live connection and waits for
 // its answer.
 func (c *Client) request(ctx context.Context, f *protocol.ClientFrame) error {
+	_, err := c.requestResult(ctx, f)
+	return err
+}
+
+// requestResult is request that also returns the reply's result.
+func (c *Client) requestResult(ctx context.Context, f *protocol.ClientFrame) (json.RawMessage, error) {
 	for {
 		s, err := c.waitSession(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		f.ID = strconv.FormatUint(c.ids.Add(1), 10)
 		ch, ok := s.register(f.ID)
@@ -117,14 +182,18 @@ func (c *Client) request(ctx context.Context, f *protocol.ClientFrame) error {
 		}
 		if err := s.conn.WriteFrame(f); err != nil {
 			s.forget(f.ID)
-			return fmt.Errorf("%w: %w", ErrConnectionLost, err)
+			return nil, fmt.Errorf("%w: %w", ErrConnectionLost, err)
 		}
 		select {
 		case err := <-ch:
-			return err
+			s.mu.Lock()
+			res := s.results[f.ID]
+			delete(s.results, f.ID)
+			s.mu.Unlock()
+			return res, err
 		case <-ctx.Done():
 			s.forget(f.ID)
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -32,8 +33,9 @@ type session struct {
 
 	mu      sync.Mutex
 	ended   bool
-	pending map[string]chan error  // requests by id
-	pings   map[float64]chan error // pings by ts
+	pending map[string]chan error      // requests by id
+	results map[string]json.RawMessage // the result of a reply, until its request takes it
+	pings   map[float64]chan error     // pings by ts
 	lastTS  float64
 
 	refreshKick chan struct{} // the expiring frame came (reader to helper)
@@ -70,6 +72,7 @@ func (c *Client) serve(ctx context.Context, conn FrameConn, w *Welcome) sessionR
 		refreshKick: make(chan struct{}, 1),
 		refreshed:   make(chan bool),
 		pending:     make(map[string]chan error),
+		results:     make(map[string]json.RawMessage),
 		pings:       make(map[float64]chan error),
 	}
 	c.st.connects.Add(1)
@@ -153,6 +156,13 @@ func (s *session) handle(f *protocol.ServerFrame) {
 				err = &ReplyError{Code: f.Error.Code, Message: f.Error.Message}
 			}
 		}
+		if err == nil && f.Result != nil {
+			s.mu.Lock()
+			if _, waiting := s.pending[f.ID]; waiting {
+				s.results[f.ID] = f.Result
+			}
+			s.mu.Unlock()
+		}
 		if !s.answer(f.ID, err) {
 			c.log.Debug("wsgate client: reply to no pending request", "id", f.ID)
 		}
@@ -164,6 +174,10 @@ func (s *session) handle(f *protocol.ServerFrame) {
 			if h := c.cfg.Handlers.OnError; h != nil {
 				h(protocol.ErrorBody{Code: f.Code, Message: f.Message})
 			}
+		}
+	case protocol.TypeJoined, protocol.TypeLeft:
+		if h := c.cfg.Handlers.OnPresence; h != nil {
+			h(PresenceEvent{Type: f.Type, Room: f.Room, User: f.User, ConnID: f.ConnID, Info: f.Info})
 		}
 	case protocol.TypePong:
 		s.pong(f.TS)
