@@ -184,6 +184,28 @@ func parseNodePresence(member string) PresenceEntry {
 	return PresenceEntry{Room: room, User: user, ConnID: conn}
 }
 
+// PresenceRooms implements Presence.
+func (m *Memory) PresenceRooms(ctx context.Context, prefix, cursor string, limit int) ([]RoomCounts, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.presence()
+	var names []string
+	for room := range p.rooms {
+		if strings.HasPrefix(room, prefix) && room > cursor {
+			names = append(names, room)
+		}
+	}
+	slices.Sort(names)
+	if len(names) > limit {
+		names = names[:limit]
+	}
+	out := make([]RoomCounts, 0, len(names))
+	for _, room := range names {
+		out = append(out, RoomCounts{Room: room, PresenceCounts: p.counts(p.rooms[room])})
+	}
+	return out, nil
+}
+
 // PresenceNodes implements Presence.
 func (m *Memory) PresenceNodes(ctx context.Context) ([]string, error) {
 	m.mu.Lock()

@@ -45,6 +45,11 @@ type Presence interface {
 	// PresenceNodes the nodes that have such a list; DropNodePresence
 	// forgets a dead node's list once each of its entries was removed.
 	NodePresence(ctx context.Context, node string) ([]PresenceEntry, error)
+	// PresenceRooms lists, in name order, up to limit rooms whose name
+	// starts with prefix and comes after cursor ("" = the start), with
+	// their counts: the rooms with a presence. A room that emptied may
+	// still be listed (with zero counts) until a call finds it empty.
+	PresenceRooms(ctx context.Context, prefix, cursor string, limit int) ([]RoomCounts, error)
 	PresenceNodes(ctx context.Context) ([]string, error)
 	DropNodePresence(ctx context.Context, node string) error
 }
@@ -59,6 +64,12 @@ type PresenceEntry struct {
 	Info   json.RawMessage `json:"info,omitempty"`
 	Seq    int64           `json:"-"`
 	Floor  int64           `json:"-"` // AddPresence: the room's seq is at least this afterwards
+}
+
+// RoomCounts is a room and its presence counts.
+type RoomCounts struct {
+	Room string `json:"room"`
+	PresenceCounts
 }
 
 // PresenceCounts are a room's distinct users and connections present.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -19,6 +20,12 @@ var _ Presence = (*Redis)(nil)
 //	{P:r:ROOM}:pseq        string, the room's presence seq (INCR)
 //	{P:pres:NODE}:conns    set "room\nuser\nconn id" of NODE's entries
 //	{P:pres}:nodes         set of nodes that have such a set
+//	{P:pres}:rooms         zset (all scores 0: in name order) of rooms with a presence
+//	{P:pres}:rgens         hash room -> {P:pres}:rgen (INCR) at its last entry
+//
+// The room index is written after each entry's add and cleaned by a
+// compare-and-delete of a room found empty (its score unchanged since it
+// was read): an add that races the cleaning writes its room again.
 //
 // A room's three keys share its slot: an add or a remove, the counts and
 // the seq are one script. The node's set is written before the room's
@@ -30,6 +37,23 @@ func (k redisKeys) roomPresUsers(room string) string { return "{" + k.p + ":r:" 
 func (k redisKeys) roomPresSeq(room string) string   { return "{" + k.p + ":r:" + room + "}:pseq" }
 func (k redisKeys) nodePres(node string) string      { return "{" + k.p + ":pres:" + node + "}:conns" }
 func (k redisKeys) presNodes() string                { return "{" + k.p + ":pres}:nodes" }
+func (k redisKeys) presRooms() string                { return "{" + k.p + ":pres}:rooms" }
+func (k redisKeys) presRoomsGen() string             { return "{" + k.p + ":pres}:rgen" }
+func (k redisKeys) presRoomsGens() string            { return "{" + k.p + ":pres}:rgens" }
+
+var scriptPresenceIndex = redis.NewScript(`
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], redis.call('INCR', KEYS[2]))
+return 1
+`)
+
+var scriptPresenceUnindex = redis.NewScript(`
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+return 1
+`)
 
 // Both scripts answer {changed, seq, users, connections, user's
 // connections, removal seq}.
@@ -101,7 +125,35 @@ func (r *Redis) AddPresence(ctx context.Context, room string, e PresenceEntry) (
 	if err != nil {
 		return PresenceChange{}, err
 	}
-	return presenceChange(v)
+	ch, err := presenceChange(v)
+	if err != nil || !ch.Changed {
+		return ch, err
+	}
+	_, err = r.evalOne(ctx, "presence", scriptPresenceIndex, []string{r.k.presRooms(), r.k.presRoomsGen(), r.k.presRoomsGens()}, room)
+	return ch, err
+}
+
+// unindexIfEmpty takes room out of the room index when it has no
+// presence, unless an add indexed it again meanwhile.
+func (r *Redis) unindexIfEmpty(ctx context.Context, room string) error {
+	var gen *redis.StringCmd
+	var conns *redis.IntCmd
+	err := r.do(ctx, "presence", true, func(ctx context.Context) error {
+		_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			gen = p.HGet(ctx, r.k.presRoomsGens(), room)
+			conns = p.HLen(ctx, r.k.roomPres(room))
+			return nil
+		})
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		return err
+	})
+	if err != nil || gen.Err() != nil || conns.Val() > 0 {
+		return err
+	}
+	_, err = r.evalOne(ctx, "presence", scriptPresenceUnindex, []string{r.k.presRooms(), r.k.presRoomsGens()}, room, gen.Val())
+	return err
 }
 
 // RemovePresence implements Presence.
@@ -118,7 +170,58 @@ func (r *Redis) RemovePresence(ctx context.Context, room string, e PresenceEntry
 	err = r.do(ctx, "presence", true, func(ctx context.Context) error {
 		return r.c.SRem(ctx, r.k.nodePres(e.Node), nodePresenceMember(room, e.User, e.ConnID)).Err()
 	})
+	if err == nil && ch.Changed && ch.Counts.Conns == 0 {
+		err = r.unindexIfEmpty(ctx, room)
+	}
 	return ch, err
+}
+
+// PresenceRooms implements Presence.
+func (r *Redis) PresenceRooms(ctx context.Context, prefix, cursor string, limit int) ([]RoomCounts, error) {
+	min := "[" + prefix
+	if cursor != "" && cursor >= prefix {
+		min = "(" + cursor
+	}
+	max := "+"
+	if prefix != "" {
+		max = "[" + prefix + "\xff" // above every byte of UTF-8
+	}
+	out := []RoomCounts{}
+	for len(out) < limit {
+		var names []string
+		err := r.do(ctx, "presence", true, func(ctx context.Context) error {
+			var err error
+			names, err = r.c.ZRangeByLex(ctx, r.k.presRooms(), &redis.ZRangeBy{Min: min, Max: max, Count: int64(limit - len(out))}).Result()
+			return err
+		})
+		if err != nil || len(names) == 0 {
+			return out, err
+		}
+		users := make([]*redis.IntCmd, len(names))
+		conns := make([]*redis.IntCmd, len(names))
+		err = r.do(ctx, "presence", true, func(ctx context.Context) error {
+			_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, room := range names {
+					users[i] = p.HLen(ctx, r.k.roomPresUsers(room))
+					conns[i] = p.HLen(ctx, r.k.roomPres(room))
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			return out, err
+		}
+		for i, room := range names {
+			if conns[i].Val() == 0 {
+				_ = r.unindexIfEmpty(ctx, room) // emptied: listed no more
+				continue
+			}
+			out = append(out, RoomCounts{Room: room, PresenceCounts: PresenceCounts{Users: users[i].Val(), Conns: conns[i].Val()}})
+		}
+		min = "(" + names[len(names)-1]
+	}
+	return out, nil
 }
 
 // RoomPresence implements Presence: the cursor is HSCAN's.

@@ -113,3 +113,38 @@ func (c *conn) presenceFrame(ctx context.Context, cf *protocol.ClientFrame) {
 	}
 	c.send(c.dataFrame(b))
 }
+
+// apiRooms answers GET /api/v1/rooms?prefix=P&cursor=C&limit=M: the rooms
+// with a presence, in name order, with their counts; cursor (absent at
+// the end) reads the next page.
+func (n *Node) apiRooms(w http.ResponseWriter, r *http.Request) error {
+	limit, err := queryInt(r, "limit", 100, 1, 1000)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	if n.pres == nil {
+		return unavailable("room list", errors.New("the backend keeps no presence"))
+	}
+	list, err := n.pres.PresenceRooms(r.Context(), q.Get("prefix"), q.Get("cursor"), int(limit))
+	if err != nil {
+		return unavailable("room list", err)
+	}
+	type room struct {
+		Room        string `json:"room"`
+		Users       int64  `json:"users"`
+		Connections int64  `json:"connections"`
+	}
+	out := struct {
+		Rooms  []room `json:"rooms"`
+		Cursor string `json:"cursor,omitempty"`
+	}{Rooms: make([]room, 0, len(list))}
+	for _, x := range list {
+		out.Rooms = append(out.Rooms, room{x.Room, x.Users, x.Conns})
+	}
+	if len(list) == int(limit) {
+		out.Cursor = list[len(list)-1].Room
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

@@ -67,6 +67,20 @@ func TestRoomPresenceJoinedLeft(t *testing.T) {
 	if f["user"] != "b" || f["room"] != "meet:x" {
 		t.Fatalf("joined %v", f)
 	}
+	joinRoom(t, a, "3", "meet:y")
+	st, body := apiCall(t, n, "GET", "/api/v1/rooms?prefix=meet:&limit=1", "k", "")
+	rooms, _ := body["rooms"].([]any)
+	if st != 200 || len(rooms) != 1 || body["cursor"] != "meet:x" {
+		t.Fatalf("room list: %d %v", st, body)
+	}
+	if r := rooms[0].(map[string]any); r["room"] != "meet:x" || r["users"] != 2.0 || r["connections"] != 2.0 {
+		t.Fatalf("first room %v", r)
+	}
+	eventually(t, 5*time.Second, "meet:y listed", func() bool {
+		_, body := apiCall(t, n, "GET", "/api/v1/rooms?prefix=meet:&cursor=meet:x", "k", "")
+		rooms, _ := body["rooms"].([]any)
+		return len(rooms) == 1 && rooms[0].(map[string]any)["room"] == "meet:y"
+	})
 }
 
 // request sends a frame with id and returns its reply, skipping other

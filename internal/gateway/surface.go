@@ -81,6 +81,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 	api("GET /api/v1/rooms/{room}/members", n.apiMembers)
 	api("GET /api/v1/rooms/{room}/history", n.apiHistory)
 	api("GET /api/v1/rooms/{room}/presence", n.apiRoomPresence)
+	api("GET /api/v1/rooms", n.apiRooms)
 	api("GET /api/v1/users/{user}/presence", n.apiPresence)
 	api("POST /api/v1/users/{user}/disconnect", n.apiDisconnect)
 	api("GET /api/v1/nodes", n.apiNodes)

@@ -16,6 +16,40 @@ var presenceTests = []subtest{
 	{"Pages", testPresencePages},
 	{"NodeLists", testPresenceNodeLists},
 	{"KeptSeq", testPresenceKeptSeq},
+	{"Rooms", testPresenceRooms},
+}
+
+// The rooms with a presence, by prefix, paged by name; an emptied room
+// leaves the list.
+func testPresenceRooms(t *testing.T, b cluster.Backend) {
+	p, ctx := presenceOf(t, b), ctxFor(t)
+	for i, room := range []string{"chat:b", "chat:a", "chat:c", "game:1", "chat:é"} {
+		for j := range i%2 + 1 {
+			need[cluster.PresenceChange](t)(p.AddPresence(ctx, room, entry(fmt.Sprintf("u%d", j), fmt.Sprintf("%s-%d", room, j), "n1")))
+		}
+	}
+	list := func(prefix, cursor string, limit int) []string {
+		rs, err := p.PresenceRooms(ctx, prefix, cursor, limit)
+		must(t, err)
+		var out []string
+		for _, r := range rs {
+			out = append(out, fmt.Sprintf("%s/%d/%d", r.Room, r.Users, r.Conns))
+		}
+		return out
+	}
+	if got := list("chat:", "", 2); !slices.Equal(got, []string{"chat:a/2/2", "chat:b/1/1"}) {
+		t.Fatalf("first page: %v", got)
+	}
+	if got := list("chat:", "chat:b", 10); !slices.Equal(got, []string{"chat:c/1/1", "chat:é/1/1"}) {
+		t.Fatalf("second page: %v", got)
+	}
+	if got := list("", "", 10); len(got) != 5 {
+		t.Fatalf("all rooms: %v", got)
+	}
+	need[cluster.PresenceChange](t)(p.RemovePresence(ctx, "chat:b", entry("u0", "chat:b-0", "n1")))
+	if got := list("chat:", "", 10); !slices.Equal(got, []string{"chat:a/2/2", "chat:c/1/1", "chat:é/1/1"}) {
+		t.Fatalf("after chat:b emptied: %v", got)
+	}
 }
 
 func presenceOf(t *testing.T, b cluster.Backend) cluster.Presence {
