@@ -2,81 +2,101 @@ package client_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"sync"
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/wsgate/wsgate/client"
-	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/protocol"
 )
 
-// Room presence through the Go client against a real node: a join with a
-// room token, the joined and left of another connection, Presence.
-func TestRoomPresenceAndRoomTokens(t *testing.T) {
-	rf := filepath.Join(t.TempDir(), "rooms.yml")
-	if err := os.WriteFile(rf, []byte("rooms:\n  - pattern: \"meet:*\"\n    presence: true\n    join_leave: true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, url := startGatewayWith(t, func(c *config.Gateway) { c.RoomsFile, c.JWTSecret = rf, "room-secret" })
-	roomToken := func(user string) string {
-		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": user, "room": "meet:1", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte("room-secret"))
-		if err != nil {
-			t.Fatal(err)
+// The client keeps a position per reliable room: it drops a room's
+// duplicates (and only that room's), skips what a room gap reports, never
+// acknowledges room seqs (history is not acknowledged), and resumes each
+// room it has seen with room_since on the next connection.
+func TestRoomPositionsDedupGapAndResume(t *testing.T) {
+	roomGaps := make(chan string, 10)
+	srv := newServer(t, serverOpts{rooms: map[string]int64{"lobby": 2}, script: func(sc *serverConn) {
+		if sc.n != 1 {
+			return
 		}
-		return s
+		sc.roomMessages("lobby", 3, 3, 2, 4)
+		sc.roomMessages("other", 1) // another room's seq 1 is not a duplicate
+		sc.send(&protocol.Gap{Type: protocol.TypeGap, From: 5, To: 6, Missed: 2, Target: &protocol.Target{Type: protocol.TargetRoom, ID: "lobby"}})
+		sc.roomMessages("lobby", 7)
+		sc.messages(1)
+		select {
+		case a := <-sc.acks:
+			if a != 1 {
+				sc.s.t.Errorf("ack %d, want 1: a room seq was acknowledged", a)
+			}
+		case <-time.After(waitTimeout):
+			sc.s.t.Error("user seq 1 not acknowledged")
+		}
+		sc.drop()
+	}})
+	ev := newEvents()
+	cfg := baseConfig(srv.URL, ev)
+	cfg.Handlers.OnRoomGap = func(room string, from, to, missed int64) {
+		roomGaps <- fmt.Sprintf("%s %d %d %d", room, from, to, missed)
 	}
-	var mu sync.Mutex
-	var events []client.PresenceEvent
-	got := make(chan struct{}, 10)
-	a, err := client.New(client.Config{URL: url, User: "ann", Handlers: client.Handlers{OnPresence: func(e client.PresenceEvent) {
-		mu.Lock()
-		events = append(events, e)
-		mu.Unlock()
-		got <- struct{}{}
-	}}})
-	if err != nil {
-		t.Fatal(err)
+	r := start(t, cfg)
+	var got []string
+	for range 5 {
+		m := recv(t, ev.msgs, "message")
+		got = append(got, fmt.Sprintf("%s:%d", m.Target.ID, m.Seq))
 	}
-	b, err := client.New(client.Config{URL: url, User: "bob"})
-	if err != nil {
-		t.Fatal(err)
+	if fmt.Sprint(got) != "[lobby:3 lobby:4 other:1 lobby:7 alice:1]" {
+		t.Fatalf("delivered %v", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	if g := recv(t, roomGaps, "room gap"); g != "lobby 5 6 2" {
+		t.Errorf("room gap %q", g)
+	}
+	srv.handshake(t) // the first
+	hs := srv.handshake(t)
+	if q := hs.query["room_since"]; fmt.Sprint(q) != "[lobby:7 other:1]" {
+		t.Errorf("resume query room_since = %v, want [lobby:7 other:1]", q)
+	}
+	if got := r.c.RoomSeqs(); got["lobby"] != 7 || got["other"] != 1 {
+		t.Errorf("RoomSeqs = %v", got)
+	}
+	if st := r.c.Stats(); st.Duplicates != 2 {
+		t.Errorf("stats %+v, want 2 duplicates", st)
+	}
+}
+
+// A welcome whose room seq is below the client's position (the room's
+// history was lost) makes that seq the base: later messages are not taken
+// for duplicates. Config.RoomSince is sent on the first connection.
+func TestRoomPositionFollowsLowerWelcomeSeq(t *testing.T) {
+	srv := newServer(t, serverOpts{rooms: map[string]int64{"lobby": 3}, script: func(sc *serverConn) {
+		sc.roomMessages("lobby", 4)
+	}})
+	ev := newEvents()
+	cfg := baseConfig(srv.URL, ev)
+	cfg.RoomSince = map[string]int64{"lobby": 10}
+	start(t, cfg)
+	if q := srv.handshake(t).query["room_since"]; fmt.Sprint(q) != "[lobby:10]" {
+		t.Errorf("first room_since = %v", q)
+	}
+	if m := recv(t, ev.msgs, "message"); m.Seq != 4 || m.Target.ID != "lobby" {
+		t.Errorf("delivered %+v, want lobby 4", m)
+	}
+}
+
+// JoinSince sends a join frame with since.
+func TestJoinSince(t *testing.T) {
+	srv := newServer(t, serverOpts{})
+	ev := newEvents()
+	r := start(t, baseConfig(srv.URL, ev))
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	runA, runB := make(chan error, 1), make(chan error, 1)
-	bctx, stopB := context.WithCancel(ctx)
-	go func() { runA <- a.Run(ctx) }()
-	go func() { runB <- b.Run(bctx) }()
-	if err := a.JoinWith(ctx, "meet:1", client.JoinOptions{Token: roomToken("bob")}); err == nil {
-		t.Fatal("a join with another user's room token was allowed")
-	}
-	if err := a.JoinWith(ctx, "meet:1", client.JoinOptions{Token: roomToken("ann")}); err != nil {
+	if err := r.c.JoinSince(ctx, "team", 4); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.JoinWith(ctx, "meet:1", client.JoinOptions{Token: roomToken("bob")}); err != nil {
-		t.Fatal(err)
+	if f := srv.conn(t).frame(t, protocol.TypeJoin); f.Room != "team" || f.Since == nil || *f.Since != 4 {
+		t.Errorf("join frame %+v", f)
 	}
-	<-got
-	p, err := a.Presence(ctx, "meet:1")
-	if err != nil || p.Users != 2 || p.Connections != 2 || len(p.Clients) != 2 {
-		t.Fatalf("presence %+v, %v", p, err)
+	if err := r.c.JoinSince(ctx, "team", -1); err == nil {
+		t.Error("a negative since accepted")
 	}
-	stopB()
-	<-runB
-	select {
-	case <-got:
-	case <-ctx.Done():
-		t.Fatal("no left after bob's close")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(events) != 2 || events[0].Type != "joined" || events[0].User != "bob" || events[1].Type != "left" || events[1].ConnID != events[0].ConnID {
-		t.Fatalf("presence events %+v", events)
-	}
-	_ = a.Close()
-	<-runA
 }

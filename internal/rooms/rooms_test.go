@@ -7,7 +7,7 @@ import (
 )
 
 func TestParseAndMatch(t *testing.T) {
-	s, err := Parse([]byte(`
+	_, err := Parse([]byte(`
 rooms:
   - pattern: "chat:*"
     reliable: true
@@ -27,7 +27,7 @@ rooms:
 	if err == nil || !strings.Contains(err.Error(), `rooms[1] ("chat:*"): pattern repeats rooms[0]`) {
 		t.Fatalf("a repeated pattern: %v", err)
 	}
-	s, err = Parse([]byte(`
+	s, err := Parse([]byte(`
 rooms:
   - pattern: "chat:*"
     reliable: true
