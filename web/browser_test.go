@@ -122,6 +122,20 @@ func TestDevConsoleAndDemo(t *testing.T) {
 		return slices.Contains(members.Members, "alice") && slices.Contains(members.Members, "bob")
 	})
 
+	// Who is online in the lobby (wsgate dev: every room has presence and
+	// joined/left), and carol coming and going.
+	onlineIs := func(p *page, want string) {
+		p.waitFor(10*time.Second, "online: "+want, fmt.Sprintf(`[...document.querySelectorAll('#online [data-user]')].map(e => e.dataset.user).join(',') === '%s'`, want))
+	}
+	onlineIs(alice, "alice,bob")
+	onlineIs(bob, "bob,alice")
+	carol := newPage(t, browser, "carol")
+	carol.navigate(dev.base + "/demo")
+	signIn(carol, dev.base, "carol")
+	onlineIs(alice, "alice,bob,carol")
+	carol.click("#signout") // closes its connection
+	onlineIs(alice, "alice,bob")
+
 	// Room chat in both directions.
 	say(alice, "Hi Bob! Is the gateway up?")
 	waitText(bob, 10*time.Second, "Hi Bob! Is the gateway up?")
@@ -156,7 +170,7 @@ func TestDevConsoleAndDemo(t *testing.T) {
 	console.waitFor(10*time.Second, "alice's presence", fmt.Sprintf(`document.getElementById('presence-result').textContent.includes('alice is online') && document.getElementById('presence-result').textContent.includes(%s)`, jsString(dev.id)))
 	console.fill("#members-room", "lobby")
 	console.click("#members-form button")
-	console.waitFor(10*time.Second, "lobby members", `[...document.querySelectorAll('#members-result .chip')].map(e => e.textContent).join(',') === 'alice,bob'`)
+	console.waitFor(10*time.Second, "lobby members", `[...document.querySelectorAll('#members-result .chip')].map(e => e.textContent).join(',') === 'alice,bob,carol'`) // members stay after a close (scope user)
 
 	// The demo screenshot: alice back in the lobby.
 	openConv(alice, "room:lobby")

@@ -123,6 +123,16 @@ func NewGatewaySet(cfg *Gateway) *Set {
 	return s
 }
 
+// DevRooms are the namespaces of wsgate dev without a rooms file: every
+// room has presence and joined/left (the demo chat shows who is online).
+var DevRooms = func() *rooms.Set {
+	s, err := rooms.Parse([]byte("rooms:\n  - pattern: \"*\"\n    presence: true\n    join_leave: true\n"))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
 // roomsBlock takes the rooms: key of the config file: the namespaces, as
 // a rooms file would list them (WSGATE_ROOMS_FILE, when set, wins).
 func roomsBlock(cfg *Gateway) func(path string, v *yaml.Node) error {

@@ -99,6 +99,9 @@ func (c *Gateway) Validate() error {
 		}
 		c.Rooms, c.RoomsConfigFile = set, ""
 	}
+	if c.Dev && c.Rooms == nil {
+		c.Rooms = DevRooms
+	}
 	v.positive("drain-timeout", c.DrainTimeout)
 	v.rate("drain-rate", c.DrainRate)
 	v.notNegativeDur("warmup", c.Warmup)

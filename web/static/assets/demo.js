@@ -26,6 +26,13 @@ let cidSeq = 0;
 const convs = new Map();
 let active = `room:${LOBBY}`;
 const seen = new Set(); // message ids already shown
+/**
+ * Who is in each room (rooms with join_leave, as wsgate dev has): conn id
+ * to user, from the joined and left frames. The server tells a joining
+ * connection one joined per connection already there, then the changes.
+ * @type {Map<string, Map<string, string>>}
+ */
+const online = new Map();
 
 // ---- sign in -----------------------------------------------------------------
 
@@ -70,6 +77,8 @@ function start(auth) {
   client.on('state', onState);
   client.on('welcome', onWelcome);
   client.on('message', onMessage);
+  client.on('joined', (e) => { roomOnline(e.room).set(e.conn_id, e.user); renderOnline(); });
+  client.on('left', (e) => { roomOnline(e.room).delete(e.conn_id); renderOnline(); });
   client.on('gap', (g) => notice(`${g.missed} reliable message${g.missed === 1 ? ' was' : 's were'} lost (seq ${g.from}–${g.to}): the inbox limit or TTL dropped them`, 'warn'));
   client.on('redirect', (r) => notice(`Node ${lastNode ?? ''} is ${r.reason || 'draining'}: moving to another node`, 'warn'));
   client.on('error', (e) => { if (e.code !== 'allocator_failed') notice(`Error ${e.code}: ${e.message}`, 'warn'); });
@@ -156,6 +165,9 @@ function onState(s) {
 
 function onWelcome(w) {
   const first = !everOpen;
+  // A new connection: the server tells it who is in its rooms again.
+  online.clear();
+  renderOnline();
   everOpen = true;
   if (w.user && w.user !== me) me = w.user;
   $('me').textContent = me;
@@ -341,6 +353,7 @@ function select(key) {
 
 function renderAll() {
   renderSidebar();
+  renderOnline();
   const c = convs.get(active);
   $('conv-title').textContent = title(c);
   $('conv-sub').textContent = c?.kind === 'room' ? 'room · everyone who joined gets its messages'
@@ -354,6 +367,28 @@ function renderAll() {
   for (const it of c?.items ?? []) { appendItem(it, prev, false); prev = it; }
   if (!c?.items.length) list.append(h('li', { class: 'empty', text: c?.kind === 'dm' ? `No messages with ${c.name} yet.` : 'No messages yet. Say hello!' }));
   list.scrollTop = list.scrollHeight;
+}
+
+function roomOnline(room) {
+  let m = online.get(room);
+  if (!m) { m = new Map(); online.set(room, m); }
+  return m;
+}
+
+/** The users online in the active room: this client and the others it was told of. */
+function renderOnline() {
+  const c = convs.get(active);
+  $('online-section').hidden = c?.kind !== 'room';
+  if (c?.kind !== 'room') return;
+  const users = new Map(); // user -> connections
+  if (me && client?.state === 'open') users.set(me, 1);
+  for (const u of (online.get(c.name) ?? new Map()).values()) users.set(u, (users.get(u) ?? 0) + 1);
+  const names = [...users.keys()].sort((a, b) => (b === me) - (a === me) || a.localeCompare(b));
+  $('online-count').textContent = String(names.length);
+  replace($('online'), names.map((u) => h('li', { dataset: { user: u } },
+    h('span', { class: 'dot ok' }),
+    h('span', { class: 'name', text: u === me ? `${u} (you)` : u }),
+    users.get(u) > 1 && h('span', { class: 'muted', text: ` ×${users.get(u)}` }))));
 }
 
 function renderSidebar() {
