@@ -171,6 +171,12 @@ func TestDevConsoleAndDemo(t *testing.T) {
 	console.fill("#members-room", "lobby")
 	console.click("#members-form button")
 	console.waitFor(10*time.Second, "lobby members", `[...document.querySelectorAll('#members-result .chip')].map(e => e.textContent).join(',') === 'alice,bob,carol'`) // members stay after a close (scope user)
+	// Rooms with presence, then the lobby's: alice and bob are present.
+	console.click("#rooms-form button")
+	console.waitFor(10*time.Second, "the lobby listed with 2 users", `(() => { const r = document.querySelector('#rooms-result tr[data-room="lobby"]'); return !!r && r.children[1].textContent === '2'; })()`)
+	console.click(`#rooms-result tr[data-room="lobby"] button`)
+	console.waitFor(10*time.Second, "the lobby's presence", `[...document.querySelectorAll('#rooms-result tbody tr')].map(e => e.dataset.user).sort().join(',') === 'alice,bob'`)
+	console.screenshot(docsImage("console-rooms.png"))
 
 	// The demo screenshot: alice back in the lobby.
 	openConv(alice, "room:lobby")

@@ -60,5 +60,7 @@ export class Api {
   publish(body) { return this.request('POST', 'api/v1/publish', body); }
   presence(user) { return this.request('GET', `api/v1/users/${encodeURIComponent(user)}/presence`); }
   members(room) { return this.request('GET', `api/v1/rooms/${encodeURIComponent(room)}/members`); }
+  rooms(prefix) { return this.request('GET', `api/v1/rooms?limit=100&prefix=${encodeURIComponent(prefix)}`); }
+  roomPresence(room) { return this.request('GET', `api/v1/rooms/${encodeURIComponent(room)}/presence?limit=200`); }
   drain(node) { return this.request('POST', `api/v1/nodes/${encodeURIComponent(node)}/drain`); }
 }

@@ -466,6 +466,49 @@ $('members-form').addEventListener('submit', async (e) => {
   }
 });
 
+$('rooms-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const out = $('rooms-result');
+  const prefix = $('rooms-prefix').value.trim();
+  try {
+    const res = await api.rooms(prefix);
+    const rooms = Array.isArray(res?.rooms) ? res.rooms : [];
+    if (!rooms.length) {
+      result(out, '', prefix ? `No room starting with ${prefix} has anyone present` : 'No room has anyone present');
+      return;
+    }
+    const table = h('table', { class: 'conns' },
+      h('thead', {}, h('tr', {}, ['Room', 'Users', 'Connections'].map((x) => h('th', { text: x })))),
+      h('tbody', {}, rooms.map((r) => h('tr', { dataset: { room: r.room } },
+        h('td', {}, h('button', { type: 'button', class: 'btn ghost small', text: r.room, onclick: () => showRoom(r.room) })),
+        h('td', { text: String(r.users) }),
+        h('td', { text: String(r.connections) }),
+      ))));
+    result(out, 'ok', `${rooms.length}${res.cursor ? '+' : ''} room${rooms.length === 1 ? '' : 's'} with presence`, table);
+  } catch (err) {
+    result(out, 'error', errorText(err));
+    if (err.status === 401) showError(err);
+  }
+});
+
+/** Shows who is in a room: its presence, connection by connection. */
+async function showRoom(room) {
+  const out = $('rooms-result');
+  try {
+    const p = await api.roomPresence(room);
+    const clients = Array.isArray(p?.clients) ? p.clients : [];
+    const table = h('table', { class: 'conns' },
+      h('thead', {}, h('tr', {}, ['User', 'Connection', 'Node', 'Device'].map((x) => h('th', { text: x })))),
+      h('tbody', {}, clients.map((c) => h('tr', { dataset: { user: c.user } },
+        h('td', { text: c.user }), h('td', { text: c.conn_id }), h('td', { text: c.node }), h('td', { text: c.device ?? '' }),
+      ))));
+    result(out, 'ok', `${room} · ${p.users} user${p.users === 1 ? '' : 's'}, ${p.connections} connection${p.connections === 1 ? '' : 's'} present`, table);
+  } catch (err) {
+    result(out, 'error', errorText(err));
+    if (err.status === 401) showError(err);
+  }
+}
+
 // ---- helpers -----------------------------------------------------------------
 
 function result(el, kind, title, body) {
