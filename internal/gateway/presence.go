@@ -11,6 +11,7 @@ import (
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/rooms"
 	"github.com/wsgate/wsgate/internal/upstream"
+	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -72,6 +73,7 @@ type presEvent struct {
 	// member_added and member_removed, is built on).
 	userConns int64
 	info      json.RawMessage
+	frames    *presFrames // set by deliverPresence
 }
 
 // SetRooms replaces the namespaces (a reload of the rooms file). Every
@@ -418,8 +420,10 @@ func (n *Node) announcePresence(ev presEvent, ch cluster.PresenceChange) {
 	}
 }
 
-// deliverPresence gives a change to the member connections here.
+// deliverPresence gives a change to the member connections here; its
+// frame is encoded once per format (plain WebSocket connections share it).
 func (n *Node) deliverPresence(ev presEvent) {
+	ev.frames = new(presFrames)
 	for _, c := range n.hub.roomConns(ev.room) {
 		c.mu.Lock()
 		if c.x != nil {
@@ -430,6 +434,10 @@ func (n *Node) deliverPresence(ev presEvent) {
 		c.mu.Unlock()
 	}
 }
+
+// presFrames are one change's WebSocket frames, by format, encoded at the
+// first member of each format.
+type presFrames struct{ ws [2][]byte }
 
 // presenceEventLocked tells the member connection of a change that moves
 // its view (see the top of the file), or keeps it for later.
@@ -445,11 +453,32 @@ func (c *conn) presenceEventLocked(cp *connPres, ev presEvent) {
 	switch {
 	case ev.join && !seen:
 		cp.view[ev.conn] = ev.user
-		c.presenceFrameLocked(protocol.TypeJoined, ev.room, ev.user, ev.conn, ev.info)
+		c.sharedPresenceFrameLocked(ev, protocol.TypeJoined, ev.info)
 	case !ev.join && seen:
 		delete(cp.view, ev.conn)
-		c.presenceFrameLocked(protocol.TypeLeft, ev.room, ev.user, ev.conn, nil)
+		c.sharedPresenceFrameLocked(ev, protocol.TypeLeft, nil)
 	}
+}
+
+// sharedPresenceFrameLocked queues ev's frame, shared with the other
+// plain WebSocket connections of the same format.
+func (c *conn) sharedPresenceFrameLocked(ev presEvent, typ string, info json.RawMessage) {
+	if ev.frames == nil || c.tp != tpWS || c.deflate {
+		c.presenceFrameLocked(typ, ev.room, ev.user, ev.conn, info)
+		return
+	}
+	i, op := 0, byte(wsframe.OpText)
+	if c.format == protocol.MsgPack {
+		i, op = 1, wsframe.OpBinary
+	}
+	if ev.frames.ws[i] == nil {
+		b, err := protocol.EncodePresenceEvent(c.format, &protocol.PresenceEvent{Type: typ, Room: ev.room, User: ev.user, ConnID: ev.conn, Info: info})
+		if err != nil {
+			return
+		}
+		ev.frames.ws[i] = wsframe.Frame(op, b)
+	}
+	c.sendLocked(ev.frames.ws[i])
 }
 
 // applySnapshotLocked makes the member's view the snapshot, telling it
