@@ -69,6 +69,7 @@ type publishBody struct {
 	Reliable       json.RawMessage `json:"reliable"`
 	Class          json.RawMessage `json:"class"`
 	IdempotencyKey json.RawMessage `json:"idempotency_key"`
+	Key            json.RawMessage `json:"key"`
 }
 
 func decodePublish(raw []byte) (PublishRequest, error) {
@@ -101,6 +102,9 @@ func decodePublish(raw []byte) (PublishRequest, error) {
 	}
 	if err := optString(b.IdempotencyKey, &req.IdempotencyKey); err != nil {
 		return req, badRequest("idempotency_key must be a string")
+	}
+	if err := optString(b.Key, &req.Key); err != nil {
+		return req, badRequest("key must be a string")
 	}
 	if len(b.Reliable) > 0 && string(b.Reliable) != "null" {
 		if err := json.Unmarshal(b.Reliable, &req.Reliable); err != nil {
@@ -483,7 +487,7 @@ func (n *Node) PublishBatch(ctx context.Context, reqs []PublishRequest, errs []e
 			order = append(order, req.Target)
 			ok = true
 		}
-		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == "" && req.Traceparent == ""
+		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == "" && req.Traceparent == "" && req.Key == ""
 		groups[req.Target] = append(groups[req.Target], i)
 	}
 	sem := make(chan struct{}, batchParallel)

@@ -22,6 +22,7 @@ type delivery struct {
 	seq     int64
 	room    string // a reliable room message: seq is the room's ("" for the inbox)
 	pubAt   int64  // Unix ns of the publish, for the latency histogram
+	ckey    string // conflation identity of a keyed realtime message (conflate.go); "" for none
 
 	textOnce sync.Once
 	text     []byte
@@ -275,9 +276,12 @@ func (c *conn) queueLiveLocked(d *delivery) bool {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
 		return false
 	}
-	ok, wait := c.enqueueLocked(fr, d.class)
+	ok, wait := c.enqueueLocked(fr, d)
 	if ok {
 		c.markLocked(fr, d.pubAt)
+		if d.ckey != "" {
+			c.keyLocked(fr, d.ckey)
+		}
 	}
 	return wait
 }

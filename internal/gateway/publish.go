@@ -33,6 +33,10 @@ type PublishRequest struct {
 	// nodes. An invalid value is ignored.
 	Traceparent string
 	From        string // the publishing client's user id (client publish frames); empty for the API
+	// Key conflates realtime messages (contract 19): in a connection's
+	// full queue, a queued message of the same target and key is
+	// replaced by this one.
+	Key string
 }
 
 // PublishResult is the API's answer to a publish.
@@ -83,6 +87,9 @@ func (r *PublishRequest) Validate() (class, error) {
 	}
 	if len(r.Event) > protocol.MaxNameBytes {
 		return 0, badRequest("event is longer than %d bytes", protocol.MaxNameBytes)
+	}
+	if err := validKey(r.Key, cl, r.Reliable); err != nil {
+		return 0, err
 	}
 	if len(r.Data) == 0 {
 		r.Data = json.RawMessage("null")
@@ -249,7 +256,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		online := len(n.lb.live(routes)) > 0
 		res.Online = &online
 		nodes := routeNodes(routes)
-		n.route(ctx, nodes, &msg, cl, now, tp)
+		n.route(ctx, nodes, &msg, cl, now, tp, r.Key)
 	case protocol.TargetRoom:
 		if r.Reliable {
 			// One step: the room's next seq, the history and its trim,
@@ -264,7 +271,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 				n.metrics.RoomHistory.Inc()
 			}
 			msg.Seq, res.Seq = o.Seq, o.Seq
-			n.route(ctx, o.Nodes, &msg, cl, now, tp)
+			n.route(ctx, o.Nodes, &msg, cl, now, tp, r.Key)
 			break
 		}
 		start := time.Now()
@@ -273,7 +280,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		if err != nil {
 			return PublishResult{}, unavailable("room nodes", err)
 		}
-		n.route(ctx, nodes, &msg, cl, now, tp)
+		n.route(ctx, nodes, &msg, cl, now, tp, r.Key)
 	case protocol.TargetBroadcast:
 		// Over the bus first: a broadcast answered 503 is delivered
 		// nowhere, so that a retry does not deliver it twice here.
@@ -283,14 +290,14 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		defer cancel()
 		dl, _ := bctx.Deadline()
 		body := protocol.AppendMessageJSON(nil, &msg)
-		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli(), TP: tp}, body)
+		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli(), TP: tp, Key: r.Key}, body)
 		start := time.Now()
 		err := n.backend.Broadcast(bctx, env)
 		n.observe("bus", start, err)
 		if err != nil {
 			return PublishResult{}, unavailable("broadcast", err)
 		}
-		n.deliverLocal(r.Target, newDelivery(body, cl, 0, now.UnixNano()))
+		n.deliverLocal(r.Target, newDelivery(body, cl, 0, now.UnixNano()).keyed(r.Target, r.Key))
 		n.logTraced(tp, r.Target, 0)
 	}
 	return res, nil
@@ -303,8 +310,9 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 const busSendTimeout = 1500 * time.Millisecond
 
 // route delivers msg locally if this node is among nodes, and sends it to
-// the others over the bus (with the trace context tp, if any).
-func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message, cl class, now time.Time, tp string) {
+// the others over the bus (with the trace context tp, if any, and the
+// conflation key, if any).
+func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message, cl class, now time.Time, tp, key string) {
 	if len(nodes) == 0 {
 		return
 	}
@@ -312,7 +320,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	var remote []string
 	for _, id := range nodes {
 		if id == n.cfg.NodeID {
-			n.deliverLocal(msg.Target, newBusDelivery(msg.Target.Type, msg.Target.ID, body, cl, msg.Seq, now.UnixNano()))
+			n.deliverLocal(msg.Target, newBusDelivery(msg.Target.Type, msg.Target.ID, body, cl, msg.Seq, now.UnixNano()).keyed(msg.Target, key))
 			n.logTraced(tp, msg.Target, msg.Seq)
 		} else {
 			remote = append(remote, id)
@@ -321,7 +329,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	if len(remote) == 0 {
 		return
 	}
-	env := encodeEnvelope(envelope{Kind: kindMessage, TType: busTargetType(msg.Target.Type, msg.Seq), TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID, TP: tp}, body)
+	env := encodeEnvelope(envelope{Kind: kindMessage, TType: busTargetType(msg.Target.Type, msg.Seq), TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID, TP: tp, Key: key}, body)
 	start := time.Now()
 	err := n.backend.Send(ctx, remote, env)
 	n.observe("bus", start, err)
