@@ -185,3 +185,19 @@ func TestConflationKeyValidation(t *testing.T) {
 		}
 	}
 }
+
+// Every API transport reads key (HTTP, gRPC, gRPC-Web).
+func TestConflationKeyEveryTransport(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, n *testNode, tr apiTransport) {
+		room := protocolTarget("room", "px")
+		if _, e := tr.publish("k", PublishRequest{Target: room, Event: "tick", Class: "realtime", Key: "EURUSD"}, nil); e != nil {
+			t.Fatalf("keyed realtime publish: %+v", e)
+		}
+		_, e := tr.publish("k", PublishRequest{Target: room, Event: "tick", Key: "EURUSD"}, nil)
+		wantErr(t, "key on a chat message", e, 400, "bad_request", "key")
+		items, e := tr.batch("k", []PublishRequest{{Target: room, Class: "realtime", Key: "a"}, {Target: room, Class: "notify", Key: "a"}})
+		if e != nil || len(items) != 2 || items[0].err != nil || items[1].err == nil || items[1].err.code != "bad_request" {
+			t.Fatalf("batch with a good and a bad key: %+v %+v", items, e)
+		}
+	})
+}

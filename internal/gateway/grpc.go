@@ -114,6 +114,7 @@ func publishRequest(m *wsgatev1.PublishRequest, header http.Header) (PublishRequ
 		Class:          m.GetClass(),
 		IdempotencyKey: m.GetIdempotencyKey(),
 		Traceparent:    header.Get("traceparent"),
+		Key:            m.GetKey(),
 	}
 	if d := m.GetData(); d != "" {
 		if !json.Valid([]byte(d)) {

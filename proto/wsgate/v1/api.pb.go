@@ -102,8 +102,11 @@ type PublishRequest struct {
 	// realtime, chat (the default) or notify.
 	Class          string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Conflation key of a realtime message (contract 19): in a connection's
+	// full queue it replaces the queued message of the same target and key.
+	Key           string `protobuf:"bytes,7,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PublishRequest) Reset() {
@@ -174,6 +177,13 @@ func (x *PublishRequest) GetClass() string {
 func (x *PublishRequest) GetIdempotencyKey() string {
 	if x != nil {
 		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *PublishRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -1515,14 +1525,15 @@ const file_wsgate_v1_api_proto_rawDesc = "" +
 	"\x13wsgate/v1/api.proto\x12\twsgate.v1\",\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xc0\x01\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xd2\x01\n" +
 	"\x0ePublishRequest\x12)\n" +
 	"\x06target\x18\x01 \x01(\v2\x11.wsgate.v1.TargetR\x06target\x12\x14\n" +
 	"\x05event\x18\x02 \x01(\tR\x05event\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\tR\x04data\x12\x1a\n" +
 	"\breliable\x18\x04 \x01(\bR\breliable\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12'\n" +
-	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\"[\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12\x10\n" +
+	"\x03key\x18\a \x01(\tR\x03key\"[\n" +
 	"\x0fPublishResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x1b\n" +
