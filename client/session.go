@@ -32,7 +32,7 @@ type session struct {
 
 	mu      sync.Mutex
 	ended   bool
-	pending map[string]chan error  // requests by id
+	pending map[string]chan answer // requests by id
 	pings   map[float64]chan error // pings by ts
 	lastTS  float64
 
@@ -69,7 +69,7 @@ func (c *Client) serve(ctx context.Context, conn FrameConn, w *Welcome) sessionR
 		ackKick:     make(chan struct{}, 1),
 		refreshKick: make(chan struct{}, 1),
 		refreshed:   make(chan bool),
-		pending:     make(map[string]chan error),
+		pending:     make(map[string]chan answer),
 		pings:       make(map[float64]chan error),
 	}
 	c.st.connects.Add(1)
@@ -153,7 +153,7 @@ func (s *session) handle(f *protocol.ServerFrame) {
 				err = &ReplyError{Code: f.Error.Code, Message: f.Error.Message}
 			}
 		}
-		if !s.answer(f.ID, err) {
+		if !s.answer(f.ID, f.Result, err) {
 			c.log.Debug("wsgate client: reply to no pending request", "id", f.ID)
 		}
 	case protocol.TypeError:
