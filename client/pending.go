@@ -1,15 +1,24 @@
 package client
 
+import "encoding/json"
+
 // Requests and pings waiting for their answer on one session.
 
+// answer is what a pending request gets: the reply's result (JSON; nil
+// for replies without one) or the error.
+type answer struct {
+	result json.RawMessage
+	err    error
+}
+
 // register adds a pending request; false once the session is ending.
-func (s *session) register(id string) (chan error, bool) {
+func (s *session) register(id string) (chan answer, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended || s.closing.Load() {
 		return nil, false
 	}
-	ch := make(chan error, 1)
+	ch := make(chan answer, 1)
 	s.pending[id] = ch
 	return ch, true
 }
@@ -20,13 +29,13 @@ func (s *session) forget(id string) {
 	s.mu.Unlock()
 }
 
-func (s *session) answer(id string, err error) bool {
+func (s *session) answer(id string, result json.RawMessage, err error) bool {
 	s.mu.Lock()
 	ch, ok := s.pending[id]
 	delete(s.pending, id)
 	s.mu.Unlock()
 	if ok {
-		ch <- err
+		ch <- answer{result, err}
 	}
 	return ok
 }
@@ -39,7 +48,7 @@ func (s *session) answerSingle(err error) bool {
 	}
 	for id, ch := range s.pending {
 		delete(s.pending, id)
-		ch <- err
+		ch <- answer{err: err}
 	}
 	return true
 }
@@ -91,7 +100,7 @@ func (s *session) failPending() {
 	s.ended = true
 	for id, ch := range s.pending {
 		delete(s.pending, id)
-		ch <- ErrConnectionLost
+		ch <- answer{err: ErrConnectionLost}
 	}
 	for ts, ch := range s.pings {
 		delete(s.pings, ts)

@@ -104,7 +104,8 @@ func (s *session) refresh(ctx context.Context) bool {
 		return false
 	}
 	select {
-	case err = <-ch:
+	case a := <-ch:
+		err = a.err
 	case <-s.done:
 		return false
 	case <-ctx.Done():

@@ -64,6 +64,63 @@ func (c *Client) JoinSince(ctx context.Context, room string, since int64) error 
 	return c.request(ctx, &protocol.ClientFrame{Type: protocol.TypeJoin, Room: room, Since: &since})
 }
 
+// HistoryPage is one page of a reliable room's kept messages: Seq is the
+// room's highest seq (0: the room never had a reliable message).
+type HistoryPage struct {
+	Seq      int64
+	Messages []protocol.Message
+}
+
+// HistoryQuery says which page History reads: without Reverse the
+// messages with seq > Since, oldest first; with Reverse those with seq <
+// Before (0: from the newest), newest first. At most Limit (1 to 1000; 0:
+// the server's default, 100).
+type HistoryQuery struct {
+	Since, Before int64
+	Limit         int
+	Reverse       bool
+}
+
+// History reads a page of room's kept history with the history frame
+// (contract 19), without joining it: the user must be a member of the
+// room, or the token's "rooms" claim must allow it to join (else a
+// *ReplyError "forbidden"). For older pages call again with Before = the
+// oldest seq received.
+func (c *Client) History(ctx context.Context, room string, q HistoryQuery) (HistoryPage, error) {
+	if err := protocol.ValidName("room", room); err != nil {
+		return HistoryPage{}, fmt.Errorf("client: History: %w", err)
+	}
+	if q.Since < 0 || q.Before < 0 || q.Limit < 0 || q.Limit > protocol.MaxHistoryLimit {
+		return HistoryPage{}, fmt.Errorf("client: History: since and before must be >= 0 and limit 0..%d", protocol.MaxHistoryLimit)
+	}
+	if q.Since > 0 && q.Reverse || q.Before > 0 && !q.Reverse {
+		return HistoryPage{}, errors.New("client: History: before reads backwards (Reverse), since forwards")
+	}
+	f := &protocol.ClientFrame{Type: protocol.TypeHistory, Room: room, Reverse: q.Reverse}
+	switch {
+	case q.Before > 0:
+		f.Before = &q.Before
+	case q.Since > 0:
+		f.Since = &q.Since
+	}
+	if q.Limit > 0 {
+		limit := int64(q.Limit)
+		f.Limit = &limit
+	}
+	res, err := c.requestResult(ctx, f)
+	if err != nil {
+		return HistoryPage{}, err
+	}
+	var page struct {
+		Seq      int64              `json:"seq"`
+		Messages []protocol.Message `json:"messages"`
+	}
+	if err := json.Unmarshal(res, &page); err != nil {
+		return HistoryPage{}, fmt.Errorf("client: History: unreadable result: %w", err)
+	}
+	return HistoryPage{Seq: page.Seq, Messages: page.Messages}, nil
+}
+
 // Leave makes the user leave room.
 func (c *Client) Leave(ctx context.Context, room string) error {
 	if err := protocol.ValidName("room", room); err != nil {
@@ -168,7 +225,7 @@ func (c *Client) request(ctx context.Context, f *protocol.ClientFrame) error {
 	return err
 }
 
-// requestResult is request that also returns the reply's result.
+// requestResult is request returning the reply's result.
 func (c *Client) requestResult(ctx context.Context, f *protocol.ClientFrame) (json.RawMessage, error) {
 	for {
 		s, err := c.waitSession(ctx)
@@ -185,12 +242,8 @@ func (c *Client) requestResult(ctx context.Context, f *protocol.ClientFrame) (js
 			return nil, fmt.Errorf("%w: %w", ErrConnectionLost, err)
 		}
 		select {
-		case err := <-ch:
-			s.mu.Lock()
-			res := s.results[f.ID]
-			delete(s.results, f.ID)
-			s.mu.Unlock()
-			return res, err
+		case a := <-ch:
+			return a.result, a.err
 		case <-ctx.Done():
 			s.forget(f.ID)
 			return nil, ctx.Err()

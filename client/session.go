@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -33,9 +32,8 @@ type session struct {
 
 	mu      sync.Mutex
 	ended   bool
-	pending map[string]chan error      // requests by id
-	results map[string]json.RawMessage // the result of a reply, until its request takes it
-	pings   map[float64]chan error     // pings by ts
+	pending map[string]chan answer // requests by id
+	pings   map[float64]chan error // pings by ts
 	lastTS  float64
 
 	refreshKick chan struct{} // the expiring frame came (reader to helper)
@@ -71,8 +69,7 @@ func (c *Client) serve(ctx context.Context, conn FrameConn, w *Welcome) sessionR
 		ackKick:     make(chan struct{}, 1),
 		refreshKick: make(chan struct{}, 1),
 		refreshed:   make(chan bool),
-		pending:     make(map[string]chan error),
-		results:     make(map[string]json.RawMessage),
+		pending:     make(map[string]chan answer),
 		pings:       make(map[float64]chan error),
 	}
 	c.st.connects.Add(1)
@@ -156,14 +153,7 @@ func (s *session) handle(f *protocol.ServerFrame) {
 				err = &ReplyError{Code: f.Error.Code, Message: f.Error.Message}
 			}
 		}
-		if err == nil && f.Result != nil {
-			s.mu.Lock()
-			if _, waiting := s.pending[f.ID]; waiting {
-				s.results[f.ID] = f.Result
-			}
-			s.mu.Unlock()
-		}
-		if !s.answer(f.ID, err) {
+		if !s.answer(f.ID, f.Result, err) {
 			c.log.Debug("wsgate client: reply to no pending request", "id", f.ID)
 		}
 	case protocol.TypeError:

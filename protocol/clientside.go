@@ -226,6 +226,17 @@ func AppendClientJSON(dst []byte, cf *ClientFrame, data json.RawMessage) []byte 
 		dst = append(dst, `,"token":`...)
 		dst = AppendJSONString(dst, cf.Token)
 	}
+	if cf.Before != nil {
+		dst = append(dst, `,"before":`...)
+		dst = strconv.AppendInt(dst, *cf.Before, 10)
+	}
+	if cf.Limit != nil {
+		dst = append(dst, `,"limit":`...)
+		dst = strconv.AppendInt(dst, *cf.Limit, 10)
+	}
+	if cf.Reverse {
+		dst = append(dst, `,"reverse":true`...)
+	}
 	return append(dst, '}')
 }
 
@@ -264,6 +275,15 @@ func encodeClientMsgpack(cf *ClientFrame, data json.RawMessage) ([]byte, error) 
 	}
 	if cf.Token != "" {
 		obj["token"] = cf.Token
+	}
+	if cf.Before != nil {
+		obj["before"] = *cf.Before
+	}
+	if cf.Limit != nil {
+		obj["limit"] = *cf.Limit
+	}
+	if cf.Reverse {
+		obj["reverse"] = true
 	}
 	return msgpack.Marshal(obj)
 }

@@ -8,7 +8,10 @@ import (
 
 func TestEncodeClientRoundTrip(t *testing.T) {
 	ts := 1700000000123.25
+	before, since, limit := int64(77), int64(5), int64(20)
 	frames := []*ClientFrame{
+		{Type: TypeHistory, ID: "7", Room: "chat:1", Before: &before, Limit: &limit, Reverse: true},
+		{Type: TypeHistory, ID: "8", Room: "chat:1", Since: &since},
 		{Type: TypePing},
 		{Type: TypePing, TS: &ts},
 		{Type: TypeAck, Seq: 42},

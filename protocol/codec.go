@@ -160,6 +160,8 @@ func (cf *ClientFrame) validate() error {
 			return badFrame("presence: %v", err)
 		}
 		return nil
+	case TypeHistory:
+		return cf.validateHistory()
 	case TypeRefresh:
 		if cf.ID == "" {
 			return badFrame("refresh needs an id")
@@ -172,6 +174,34 @@ func (cf *ClientFrame) validate() error {
 		return badFrame("frame has no type")
 	}
 	return &DecodeError{Code: ErrUnknownType, Msg: fmt.Sprintf("unknown frame type %q", truncate(cf.Type, 64))}
+}
+
+// MaxHistoryLimit bounds the limit of a history frame.
+const MaxHistoryLimit = 1000
+
+// validateHistory checks a history frame (v3): an id, a room, limit
+// 1..MaxHistoryLimit, since and before >= 0 and not both, before only
+// with reverse and since only without.
+func (cf *ClientFrame) validateHistory() error {
+	if cf.ID == "" {
+		return badFrame("history needs an id")
+	}
+	if err := ValidName("room", cf.Room); err != nil {
+		return badFrame("history: %v", err)
+	}
+	if cf.Limit != nil && (*cf.Limit < 1 || *cf.Limit > MaxHistoryLimit) {
+		return badFrame("history.limit must be 1 to %d", MaxHistoryLimit)
+	}
+	if cf.Since != nil && *cf.Since < 0 || cf.Before != nil && *cf.Before < 0 {
+		return badFrame("history.since and history.before must be >= 0")
+	}
+	if cf.Since != nil && cf.Before != nil {
+		return badFrame("history takes since or before, not both")
+	}
+	if cf.Before != nil && !cf.Reverse || cf.Since != nil && cf.Reverse {
+		return badFrame("history reads forwards after since, or backwards (reverse true) before before")
+	}
+	return nil
 }
 
 // MaxNameBytes bounds user ids, room names and event names.

@@ -50,6 +50,21 @@ func TestDecodeClientJSON(t *testing.T) {
 		{`{"type":"refresh","token":"a.b.c"}`, ErrBadFrame, ""},
 		{`{"type":"refresh","id":"r"}`, ErrBadFrame, ""},
 		{`{"type":"refresh","id":"r","token":7}`, ErrBadFrame, ""},
+		// History pages (v3, contract 19).
+		{`{"type":"history","id":"h","room":"r"}`, "", "history"},
+		{`{"type":"history","id":"h","room":"r","since":3,"limit":1000}`, "", "history"},
+		{`{"type":"history","id":"h","room":"r","before":9,"limit":1,"reverse":true}`, "", "history"},
+		{`{"type":"history","id":"h","room":"r","reverse":true}`, "", "history"},
+		{`{"type":"history","room":"r"}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h"}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h","room":"r","limit":0}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h","room":"r","limit":1001}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h","room":"r","since":-1}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h","room":"r","before":-1,"reverse":true}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h","room":"r","since":1,"before":5,"reverse":true}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h","room":"r","before":5}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h","room":"r","since":5,"reverse":true}`, ErrBadFrame, ""},
+		{`{"type":"history","id":"h","room":"r","limit":"9"}`, ErrBadFrame, ""},
 	}
 	for _, tc := range cases {
 		cf, err := DecodeClient(JSON, []byte(tc.in))

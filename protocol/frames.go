@@ -31,6 +31,10 @@ const (
 	// TypePresence asks for a room's presence (v3, contract 19); the
 	// reply's result is the object of GET /api/v1/rooms/{room}/presence.
 	TypePresence = "presence"
+	// TypeHistory reads a reliable room's kept messages (v3, contract
+	// 19); the reply's result is the object of GET
+	// /api/v1/rooms/{room}/history.
+	TypeHistory = "history"
 )
 
 // ExpiringNotice is how long before the token's exp the server sends the
@@ -176,6 +180,11 @@ type ClientFrame struct {
 	Data   json.RawMessage `json:"data" msgpack:"-"`
 	TS     *float64        `json:"ts" msgpack:"ts"`
 	Token  string          `json:"token" msgpack:"token"` // refresh; join: a room token (v3)
+	// history (v3): a page of a room's kept messages, after Since or,
+	// with Reverse, before Before; at most Limit (1..1000, default 100).
+	Before  *int64 `json:"before" msgpack:"before"`
+	Limit   *int64 `json:"limit" msgpack:"limit"`
+	Reverse bool   `json:"reverse" msgpack:"reverse"`
 }
 
 // PresenceEvent is a joined or left frame (v3, contract 19): the

@@ -14,7 +14,7 @@ func FuzzDecodeClient(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"ping","ts":1}`, `{"type":"ack","seq":3}`, `{"type":"join","id":"1","room":"lobby"}`,
 		`{"type":"publish","id":"p","target":{"type":"user","id":"u"},"event":"e","data":{"a":[1,{"b":null}]}}`,
-		`{"type":"leave","id":"2","room":"x"}`, `{"type":`, `[]`, "\x81\xa4type\xa4ping", "\xff\xfe",
+		`{"type":"leave","id":"2","room":"x"}`, `{"type":"history","id":"h","room":"r","before":9,"limit":2,"reverse":true}`, `{"type":`, `[]`, "\x81\xa4type\xa4ping", "\xff\xfe",
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
@@ -37,6 +37,10 @@ func FuzzDecodeClient(f *testing.F) {
 		}
 		if (cf.Type == TypeSend || cf.Type == TypeRPC) && cf.ID == "" {
 			t.Fatalf("accepted %s without an id", cf.Type)
+		}
+		if cf.Type == TypeHistory && (cf.ID == "" || cf.Limit != nil && (*cf.Limit < 1 || *cf.Limit > MaxHistoryLimit) ||
+			cf.Since != nil && (*cf.Since < 0 || cf.Before != nil || cf.Reverse) || cf.Before != nil && (*cf.Before < 0 || !cf.Reverse)) {
+			t.Fatalf("accepted a history frame outside its rules: %+v", cf)
 		}
 	})
 }

@@ -315,6 +315,11 @@ type Backend interface {
 	// reliable message) in one step (pipelined on Redis).
 	AppendRooms(ctx context.Context, msgs []RoomAppend, opt InboxOptions) []RoomAppendOutcome
 	ReadRoom(ctx context.Context, room string, since int64, most int, opt InboxOptions) (InboxRead, error)
+	// ReadRoomBefore is ReadRoom backwards (a history page, contract 19):
+	// the kept messages with seq < before (before <= 0: no bound), newest
+	// first, at most most (0: no bound), and the room's last seq; the gap
+	// fields stay 0 (a page read backwards names no gap).
+	ReadRoomBefore(ctx context.Context, room string, before int64, most int, opt InboxOptions) (InboxRead, error)
 	RoomSeqs(ctx context.Context, rooms []string) ([]int64, error)
 
 	// Bus: Send delivers payload to the named nodes' subscriptions (never

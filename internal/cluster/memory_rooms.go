@@ -50,11 +50,10 @@ func (m *Memory) ReadRoom(ctx context.Context, room string, since int64, most in
 		return InboxRead{}, err
 	}
 	defer m.mu.Unlock()
-	h := m.histories[room]
+	h := m.historyLocked(room, opt)
 	if h == nil {
 		return InboxRead{}, nil
 	}
-	h.trim(m.now(), opt.Limit)
 	out := InboxRead{LastSeq: h.seq}
 	var first int64
 	if len(h.msgs) > 0 {
@@ -67,6 +66,35 @@ func (m *Memory) ReadRoom(ctx context.Context, room string, since int64, most in
 		}
 	}
 	return out, nil
+}
+
+// ReadRoomBefore implements Backend.
+func (m *Memory) ReadRoomBefore(ctx context.Context, room string, before int64, most int, opt InboxOptions) (InboxRead, error) {
+	if err := m.lock(ctx); err != nil {
+		return InboxRead{}, err
+	}
+	defer m.mu.Unlock()
+	h := m.historyLocked(room, opt)
+	if h == nil {
+		return InboxRead{}, nil
+	}
+	out := InboxRead{LastSeq: h.seq}
+	for i := len(h.msgs) - 1; i >= 0 && (most <= 0 || len(out.Messages) < most); i-- {
+		if msg := h.msgs[i]; before <= 0 || msg.seq < before {
+			out.Messages = append(out.Messages, InboxMessage{Seq: msg.seq, Payload: slices.Clone(msg.payload)})
+		}
+	}
+	return out, nil
+}
+
+// historyLocked is room's history trimmed to opt (nil: the room never had
+// a reliable message).
+func (m *Memory) historyLocked(room string, opt InboxOptions) *memInbox {
+	h := m.histories[room]
+	if h != nil {
+		h.trim(m.now(), opt.Limit)
+	}
+	return h
 }
 
 // RoomSeqs implements Backend.

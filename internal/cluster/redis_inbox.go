@@ -234,13 +234,26 @@ func (r *Redis) ReadInbox(ctx context.Context, user string, since int64, opt Inb
 	members, _ := reply[3].([]any)
 	out := InboxRead{LastSeq: last, Acked: acked}
 	out.GapFrom, out.GapTo = inboxGap(since, acked, first, last)
+	if out.Messages, err = decodeInboxMembers(members, 0); err != nil {
+		return InboxRead{}, err
+	}
+	return out, nil
+}
+
+// decodeInboxMembers parses a script's members (decodeInboxMember), at
+// most most of them (0: all).
+func decodeInboxMembers(members []any, most int) ([]InboxMessage, error) {
+	if most > 0 && len(members) > most {
+		members = members[:most]
+	}
+	var out []InboxMessage
 	for _, m := range members {
 		s, _ := m.(string)
 		msg, err := decodeInboxMember(s)
 		if err != nil {
-			return InboxRead{}, err
+			return nil, err
 		}
-		out.Messages = append(out.Messages, msg)
+		out = append(out, msg)
 	}
 	return out, nil
 }

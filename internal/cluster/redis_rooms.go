@@ -139,16 +139,39 @@ func (r *Redis) ReadRoom(ctx context.Context, room string, since int64, most int
 	}
 	out := InboxRead{LastSeq: last}
 	out.GapFrom, out.GapTo = inboxGap(since, 0, first, last)
-	for _, m := range members {
-		if most > 0 && len(out.Messages) == most {
-			break
-		}
-		s, _ := m.(string)
-		msg, err := decodeInboxMember(s)
-		if err != nil {
+	if out.Messages, err = decodeInboxMembers(members, most); err != nil {
+		return InboxRead{}, err
+	}
+	return out, nil
+}
+
+// ReadRoomBefore implements Backend with one script (scriptReadBefore):
+// trim, last seq, and a reverse range read of the history with a LIMIT.
+func (r *Redis) ReadRoomBefore(ctx context.Context, room string, before int64, most int, opt InboxOptions) (InboxRead, error) {
+	keys := []string{r.k.roomSeq(room), r.k.roomHist(room)}
+	var reply []any
+	err := r.do(ctx, "read room", true, func(ctx context.Context) (err error) {
+		args := []any{time.Now().UnixMilli(), max(before, 0), max(opt.Limit, 0), max(most, 0)}
+		reply, err = scriptReadBefore.Run(ctx, r.c, keys, args...).Slice()
+		return err
+	})
+	if err != nil {
+		return InboxRead{}, err
+	}
+	if len(reply) != 2 {
+		return InboxRead{}, fmt.Errorf("cluster: redis read room before: unexpected reply of %d parts", len(reply))
+	}
+	last, _ := reply[0].(int64)
+	members, _ := reply[1].([]any)
+	if len(members) > 0 && r.opt.Replicas > 0 {
+		// As ReadRoom: what is returned must be replicated.
+		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "history read of room "+room); err != nil {
 			return InboxRead{}, err
 		}
-		out.Messages = append(out.Messages, msg)
+	}
+	out := InboxRead{LastSeq: last}
+	if out.Messages, err = decodeInboxMembers(members, 0); err != nil {
+		return InboxRead{}, err
 	}
 	return out, nil
 }

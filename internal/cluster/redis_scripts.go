@@ -124,6 +124,22 @@ if #head > 0 then first = tonumber(head[2]) end
 return {last, acked, first, redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[2], '+inf')}
 `)
 
+// scriptReadBefore: KEYS seq, history; ARGV nowMs, before (0: none),
+// limit, most (0: all). Trims as scriptRead, then returns {lastSeq,
+// members with seq < before, newest first, at most most}: one
+// ZREVRANGEBYSCORE with a LIMIT, so a page costs what it returns.
+var scriptReadBefore = redis.NewScript(luaTrim + `
+trim(KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[3]))
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+local top = '+inf'
+if tonumber(ARGV[2]) > 0 then top = '(' .. ARGV[2] end
+local most = tonumber(ARGV[4])
+if most > 0 then
+  return {last, redis.call('ZREVRANGEBYSCORE', KEYS[2], top, '-inf', 'LIMIT', 0, most)}
+end
+return {last, redis.call('ZREVRANGEBYSCORE', KEYS[2], top, '-inf')}
+`)
+
 // luaDevices reads a user's devices hash. dev(v) parses a field's value
 // "ackedSeq|lastSeenMs"; active(seen, now, win) says whether a device seen
 // at seen still counts (win = the inbox TTL in ms, 0 = always).

@@ -70,6 +70,7 @@ type publishBody struct {
 	Class          json.RawMessage `json:"class"`
 	IdempotencyKey json.RawMessage `json:"idempotency_key"`
 	Except         json.RawMessage `json:"except"`
+	Key            json.RawMessage `json:"key"`
 }
 
 func decodePublish(raw []byte) (PublishRequest, error) {
@@ -105,6 +106,9 @@ func decodePublish(raw []byte) (PublishRequest, error) {
 	}
 	if err := optString(b.Except, &req.Except); err != nil {
 		return req, badRequest("except must be a connection id (a string)")
+	}
+	if err := optString(b.Key, &req.Key); err != nil {
+		return req, badRequest("key must be a string")
 	}
 	if len(b.Reliable) > 0 && string(b.Reliable) != "null" {
 		if err := json.Unmarshal(b.Reliable, &req.Reliable); err != nil {
@@ -488,7 +492,7 @@ func (n *Node) PublishBatch(ctx context.Context, reqs []PublishRequest, errs []e
 			order = append(order, req.Target)
 			ok = true
 		}
-		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == "" && req.Traceparent == "" && req.Except == ""
+		bulk[req.Target] = ok && req.Target.Type == protocol.TargetUser && req.IdempotencyKey == "" && req.Traceparent == "" && req.Except == "" && req.Key == ""
 		groups[req.Target] = append(groups[req.Target], i)
 	}
 	sem := make(chan struct{}, batchParallel)

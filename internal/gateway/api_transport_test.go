@@ -124,6 +124,9 @@ func publishJSON(r PublishRequest) map[string]any {
 	if r.Data != nil {
 		m["data"] = r.Data
 	}
+	if r.Key != "" {
+		m["key"] = r.Key
+	}
 	return m
 }
 
@@ -256,7 +259,7 @@ func grpcCtx() (context.Context, context.CancelFunc) {
 }
 
 func publishMessage(r PublishRequest) *wsgatev1.PublishRequest {
-	m := &wsgatev1.PublishRequest{Event: r.Event, Data: string(r.Data), Reliable: r.Reliable, Class: r.Class, IdempotencyKey: r.IdempotencyKey}
+	m := &wsgatev1.PublishRequest{Event: r.Event, Data: string(r.Data), Reliable: r.Reliable, Class: r.Class, IdempotencyKey: r.IdempotencyKey, Key: r.Key}
 	if r.Target != (protocol.Target{}) {
 		m.Target = &wsgatev1.Target{Type: r.Target.Type, Id: r.Target.ID}
 	}

@@ -97,6 +97,9 @@ type envelope struct {
 
 	// TP is the W3C traceparent of a traced message (kindMessage).
 	TP string `json:"tp,omitempty"`
+	// Key is a realtime message's conflation key (kindMessage; contract
+	// 19). A node of an earlier version ignores it: no conflation there.
+	Key string `json:"ck,omitempty"`
 
 	// Session is the mac of a post's session (kindPost); Taken, the frames
 	// a post's owner took (kindPosted).
@@ -249,7 +252,7 @@ func (n *Node) onBus(payload []byte) {
 			return
 		}
 		t := busTarget(e.TType, e.TID)
-		d := newBusDelivery(e.TType, e.TID, body, class(e.Class), e.Seq, e.PubAt)
+		d := newBusDelivery(e.TType, e.TID, body, class(e.Class), e.Seq, e.PubAt).keyed(t, e.Key)
 		d.except = e.Except
 		n.deliverLocal(t, d)
 		n.logTraced(e.TP, t, e.Seq)

@@ -183,6 +183,8 @@ type connExtra struct {
 
 	room chan struct{} // closed when the queue drains (a catch-up waits for room)
 
+	keyed []keyMark // the queued frames of keyed realtime messages, in queue order (conflate.go)
+
 	// Room presence (presence.go): the rooms whose presence the
 	// connection is in, its changes waiting for the worker, and whether
 	// the connection ended (it enters no room after that).
@@ -219,7 +221,7 @@ func (c *conn) dropIdleExtraLocked() {
 // idle reports whether x holds nothing a new connExtra would not.
 func (x *connExtra) idle() bool {
 	return len(x.inq) == 0 && len(x.sendq) == 0 && !x.sending && x.sendBlock == "" && x.rpcs == 0 &&
-		!x.refreshed && x.claims == nil && x.room == nil &&
+		!x.refreshed && x.claims == nil && x.room == nil && len(x.keyed) == 0 &&
 		x.info == nil && !x.lifeUp && x.closeCode == 0 && x.closeReason == "" &&
 		len(x.pres) == 0 && len(x.presq) == 0 && !x.presRunning && !x.presClosed && len(x.presInfo) == 0
 }
@@ -297,10 +299,11 @@ func (c *conn) sendLocked(frame []byte) bool {
 	return true
 }
 
-// enqueueLocked adds a message frame under the class rules. It returns
-// false when the frame was not queued; wait is true for a notify message
-// that may be retried.
-func (c *conn) enqueueLocked(frame []byte, cl class) (ok, wait bool) {
+// enqueueLocked adds d's frame under the class rules. It returns false
+// when the frame was not queued (or, conflated, took a queued frame's
+// place); wait is true for a notify message that may be retried.
+func (c *conn) enqueueLocked(frame []byte, d *delivery) (ok, wait bool) {
+	cl := d.class
 	if c.state >= stClosing {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropClosed).Inc()
 		return false, false
@@ -314,6 +317,10 @@ func (c *conn) enqueueLocked(frame []byte, cl class) (ok, wait bool) {
 		c.n.metrics.SendQueueFull.Inc()
 		switch cl {
 		case classRealtime:
+			if d.ckey != "" && c.conflateLocked(frame, d.ckey, d.pubAt) {
+				c.n.metrics.Dropped.WithLabelValues(metrics.DropConflated).Inc()
+				return false, false
+			}
 			c.n.metrics.Dropped.WithLabelValues(metrics.DropQueueFull).Inc()
 			return false, false
 		case classNotify:
@@ -454,6 +461,7 @@ func (c *conn) writeOutLocked() {
 			// Nothing stays allocated for an idle connection: the next
 			// frame allocates a small queue again.
 			c.outq = nil
+			c.keysWrittenLocked()
 			if len(c.wbuf) == 0 {
 				// Every mark was of a frame written (or, defensively,
 				// of one gone).

@@ -24,6 +24,7 @@ type delivery struct {
 	room    string // a reliable room message: seq is the room's ("" for the inbox)
 	except  string // the connection that does not get it ("": none)
 	pubAt   int64  // Unix ns of the publish, for the latency histogram
+	ckey    string // conflation identity of a keyed realtime message (conflate.go); "" for none
 
 	textOnce sync.Once
 	text     []byte
@@ -288,9 +289,12 @@ func (c *conn) queueLiveLocked(d *delivery) bool {
 		c.n.metrics.Dropped.WithLabelValues(metrics.DropEncode).Inc()
 		return false
 	}
-	ok, wait := c.enqueueLocked(fr, d.class)
+	ok, wait := c.enqueueLocked(fr, d)
 	if ok {
 		c.markLocked(fr, d.pubAt)
+		if d.ckey != "" {
+			c.keyLocked(fr, d.ckey)
+		}
 	}
 	return wait
 }

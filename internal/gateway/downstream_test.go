@@ -73,3 +73,24 @@ func TestHandleRecord(t *testing.T) {
 		t.Fatalf("seq %d after the batch came again, want 4 (its messages' keys)", last)
 	}
 }
+
+// A record may carry a conflation key as the API's body does (contract
+// 19): read, so a key where it does not belong is a dead letter.
+func TestHandleRecordConflationKey(t *testing.T) {
+	n := startNode(t, nil)
+	ctx := context.Background()
+	rec := func(id, value string) downstream.Record {
+		return downstream.Record{ID: id, Key: "ds:key:" + id, Value: []byte(value)}
+	}
+	good := `{"target":{"type":"room","id":"px"},"event":"tick","class":"realtime","key":"EURUSD","data":1}`
+	if o := n.handleRecord(ctx, rec("1-0", good)); o.Retry || len(o.Dead) > 0 {
+		t.Fatalf("a keyed realtime record: %+v", o)
+	}
+	if o := n.handleRecord(ctx, rec("2-0", `{"messages":[`+good+`]}`)); o.Retry || len(o.Dead) > 0 {
+		t.Fatalf("a keyed realtime record in a batch: %+v", o)
+	}
+	bad := `{"target":{"type":"room","id":"px"},"event":"tick","class":"chat","key":"EURUSD"}`
+	if o := n.handleRecord(ctx, rec("3-0", bad)); len(o.Dead) != 1 || o.Dead[0].Error.Code != "bad_request" {
+		t.Fatalf("a key on a chat record: %+v, want a dead letter bad_request", o)
+	}
+}

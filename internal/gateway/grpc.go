@@ -114,6 +114,7 @@ func publishRequest(m *wsgatev1.PublishRequest, header http.Header) (PublishRequ
 		Class:          m.GetClass(),
 		IdempotencyKey: m.GetIdempotencyKey(),
 		Traceparent:    header.Get("traceparent"),
+		Key:            m.GetKey(),
 	}
 	if d := m.GetData(); d != "" {
 		if !json.Valid([]byte(d)) {
@@ -187,7 +188,8 @@ func (g grpcAPI) ListMembers(ctx context.Context, req *connect.Request[wsgatev1.
 }
 
 func (g grpcAPI) GetHistory(ctx context.Context, req *connect.Request[wsgatev1.GetHistoryRequest]) (*connect.Response[wsgatev1.GetHistoryResponse], error) {
-	top, msgs, err := g.n.History(ctx, req.Msg.GetRoom(), req.Msg.GetSince(), int(req.Msg.GetLimit()))
+	q := HistoryQuery{Since: req.Msg.GetSince(), Before: req.Msg.GetBefore(), Limit: int(req.Msg.GetLimit()), Reverse: req.Msg.GetReverse()}
+	top, msgs, err := g.n.HistoryPage(ctx, req.Msg.GetRoom(), q)
 	if err != nil {
 		return nil, err
 	}

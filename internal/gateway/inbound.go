@@ -76,6 +76,8 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 		c.refresh(ctx, cf)
 	case protocol.TypePresence:
 		c.presenceFrame(ctx, cf)
+	case protocol.TypeHistory:
+		c.historyFrame(ctx, cf)
 	}
 }
 

@@ -36,6 +36,10 @@ type PublishRequest struct {
 	// Except is a connection id that does not get the message (contract
 	// 19: the API's "except", a client publish to a room with echo off).
 	Except string
+	// Key conflates realtime messages (contract 19): in a connection's
+	// full queue, a queued message of the same target and key is
+	// replaced by this one.
+	Key string
 }
 
 // PublishResult is the API's answer to a publish.
@@ -91,6 +95,9 @@ func (r *PublishRequest) Validate() (class, error) {
 		if err := protocol.ValidName("except", r.Except); err != nil {
 			return 0, badRequest("%v", err)
 		}
+	}
+	if err := validKey(r.Key, cl, r.Reliable); err != nil {
+		return 0, err
 	}
 	if len(r.Data) == 0 {
 		r.Data = json.RawMessage("null")
@@ -258,7 +265,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		online := len(n.lb.live(routes)) > 0
 		res.Online = &online
 		nodes := routeNodes(routes)
-		n.route(ctx, nodes, &msg, cl, now, tp, r.Except)
+		n.route(ctx, nodes, &msg, cl, now, tp, r.Except, r.Key)
 	case protocol.TargetRoom:
 		if r.Reliable {
 			// One step: the room's next seq, the history and its trim,
@@ -273,7 +280,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 				n.metrics.RoomHistory.Inc()
 			}
 			msg.Seq, res.Seq = o.Seq, o.Seq
-			n.route(ctx, o.Nodes, &msg, cl, now, tp, r.Except)
+			n.route(ctx, o.Nodes, &msg, cl, now, tp, r.Except, r.Key)
 			break
 		}
 		start := time.Now()
@@ -282,7 +289,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		if err != nil {
 			return PublishResult{}, unavailable("room nodes", err)
 		}
-		n.route(ctx, nodes, &msg, cl, now, tp, r.Except)
+		n.route(ctx, nodes, &msg, cl, now, tp, r.Except, r.Key)
 	case protocol.TargetBroadcast:
 		// Over the bus first: a broadcast answered 503 is delivered
 		// nowhere, so that a retry does not deliver it twice here.
@@ -292,14 +299,14 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		defer cancel()
 		dl, _ := bctx.Deadline()
 		body := protocol.AppendMessageJSON(nil, &msg)
-		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli(), TP: tp, Except: r.Except}, body)
+		env := encodeEnvelope(envelope{Kind: kindMessage, TType: r.Target.Type, Class: uint8(cl), PubAt: now.UnixNano(), Origin: n.cfg.NodeID, Deadline: dl.UnixMilli(), TP: tp, Except: r.Except, Key: r.Key}, body)
 		start := time.Now()
 		err := n.backend.Broadcast(bctx, env)
 		n.observe("bus", start, err)
 		if err != nil {
 			return PublishResult{}, unavailable("broadcast", err)
 		}
-		d := newDelivery(body, cl, 0, now.UnixNano())
+		d := newDelivery(body, cl, 0, now.UnixNano()).keyed(r.Target, r.Key)
 		d.except = r.Except
 		n.deliverLocal(r.Target, d)
 		n.logTraced(tp, r.Target, 0)
@@ -314,8 +321,9 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 const busSendTimeout = 1500 * time.Millisecond
 
 // route delivers msg locally if this node is among nodes, and sends it to
-// the others over the bus (with the trace context tp, if any).
-func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message, cl class, now time.Time, tp, except string) {
+// the others over the bus (with the trace context tp, if any, the
+// connection that does not get it, if any, and the conflation key, if any).
+func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message, cl class, now time.Time, tp, except, key string) {
 	if len(nodes) == 0 {
 		return
 	}
@@ -323,7 +331,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	var remote []string
 	for _, id := range nodes {
 		if id == n.cfg.NodeID {
-			d := newBusDelivery(msg.Target.Type, msg.Target.ID, body, cl, msg.Seq, now.UnixNano())
+			d := newBusDelivery(msg.Target.Type, msg.Target.ID, body, cl, msg.Seq, now.UnixNano()).keyed(msg.Target, key)
 			d.except = except
 			n.deliverLocal(msg.Target, d)
 			n.logTraced(tp, msg.Target, msg.Seq)
@@ -334,7 +342,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 	if len(remote) == 0 {
 		return
 	}
-	env := encodeEnvelope(envelope{Kind: kindMessage, TType: busTargetType(msg.Target.Type, msg.Seq), TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID, TP: tp, Except: except}, body)
+	env := encodeEnvelope(envelope{Kind: kindMessage, TType: busTargetType(msg.Target.Type, msg.Seq), TID: msg.Target.ID, Class: uint8(cl), Seq: msg.Seq, PubAt: now.UnixNano(), Origin: n.cfg.NodeID, TP: tp, Except: except, Key: key}, body)
 	start := time.Now()
 	err := n.backend.Send(ctx, remote, env)
 	n.observe("bus", start, err)

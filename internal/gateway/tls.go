@@ -77,6 +77,7 @@ func (c *conn) tlsWriter() {
 			}
 			bufs, marks := c.outq, c.lat
 			c.outq, c.lat = nil, nil
+			c.keysWrittenLocked()
 			if c.tp != tpWS && len(bufs) > 0 {
 				c.wroteStreamLocked()
 			}

@@ -135,6 +135,7 @@ func (c *conn) writeTLSLocked() {
 		clear(c.outq[rest:])
 		c.outq = c.outq[:rest]
 		if rest == 0 {
+			c.keysWrittenLocked()
 			if cap(c.outq) > 64 {
 				c.outq = nil
 			}

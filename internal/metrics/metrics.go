@@ -68,6 +68,7 @@ const (
 	DropClosed      = "closed"         // connection closed before the write
 	DropEncode      = "encode"         // message could not be encoded for the connection's format
 	DropRateLimited = "rate_limited"   // client frame over WSGATE_MESSAGE_RATE
+	DropConflated   = "conflated"      // realtime message with a key, replaced in a full queue by a newer one of the same target and key
 )
 
 // New creates and registers every collector.
@@ -134,7 +135,7 @@ func New() *Metrics {
 	for _, op := range []string{"publish", "route", "inbox", "heartbeat", "rooms", "bus"} {
 		m.BackendErrors.WithLabelValues(op)
 	}
-	for _, r := range []string{DropQueueFull, DropNotifyWait, DropSlowClose, DropClosed, DropEncode, DropRateLimited} {
+	for _, r := range []string{DropQueueFull, DropNotifyWait, DropSlowClose, DropClosed, DropEncode, DropRateLimited, DropConflated} {
 		m.Dropped.WithLabelValues(r)
 	}
 	for _, r := range []string{RefreshOK, RefreshInvalid, RefreshOtherUser} {

@@ -13,6 +13,8 @@ import (
 var historyTests = []subtest{
 	{"SeqAndNodes", testHistorySeqAndNodes},
 	{"ReadSinceAndMost", testHistoryRead},
+	{"ReadBefore", testHistoryReadBefore},
+	{"ReadBeforeTrimmed", testHistoryReadBeforeTrimmed},
 	{"LimitGap", testHistoryLimit},
 	{"TTLGap", testHistoryTTL},
 	{"IdempotencyKey", testHistoryKey},
@@ -70,6 +72,56 @@ func testHistoryRead(t *testing.T, b cluster.Backend) {
 	checkRead(t, "since 1, at most 2", readRoom(t, b, "r", 1, 2, inboxOpts), []int64{2, 3}, 0, 0, 5, 0)
 	checkRead(t, "since above", readRoom(t, b, "r", 9, 0, inboxOpts), []int64{}, 0, 0, 5, 0)
 	checkRead(t, "never reliable", readRoom(t, b, "nothing", 0, 0, inboxOpts), []int64{}, 0, 0, 0, 0)
+}
+
+func readBefore(t *testing.T, b cluster.Backend, room string, before int64, most int, opt cluster.InboxOptions) cluster.InboxRead {
+	t.Helper()
+	r, err := b.ReadRoomBefore(ctxFor(t), room, before, most, opt)
+	must(t, err)
+	return r
+}
+
+// History pages (contract 19): seq < before, newest first, at most most.
+func testHistoryReadBefore(t *testing.T, b cluster.Backend) {
+	appendRoom(t, b, "r", 5, inboxOpts)
+	checkRead(t, "all", readBefore(t, b, "r", 0, 0, inboxOpts), []int64{5, 4, 3, 2, 1}, 0, 0, 5, 0)
+	checkRead(t, "before 4", readBefore(t, b, "r", 4, 0, inboxOpts), []int64{3, 2, 1}, 0, 0, 5, 0)
+	checkRead(t, "before 4, at most 2", readBefore(t, b, "r", 4, 2, inboxOpts), []int64{3, 2}, 0, 0, 5, 0)
+	checkRead(t, "newest 1", readBefore(t, b, "r", 0, 1, inboxOpts), []int64{5}, 0, 0, 5, 0)
+	checkRead(t, "before above last", readBefore(t, b, "r", 99, 3, inboxOpts), []int64{5, 4, 3}, 0, 0, 5, 0)
+	checkRead(t, "before 1", readBefore(t, b, "r", 1, 0, inboxOpts), []int64{}, 0, 0, 5, 0)
+	checkRead(t, "never reliable", readBefore(t, b, "nothing", 0, 0, inboxOpts), []int64{}, 0, 0, 0, 0)
+	// Paging backwards by the oldest seq of each page gives every
+	// message once, newest first.
+	var all []int64
+	for before := int64(0); ; {
+		r := readBefore(t, b, "r", before, 2, inboxOpts)
+		if len(r.Messages) == 0 {
+			break
+		}
+		all = append(all, seqs(r)...)
+		before = r.Messages[len(r.Messages)-1].Seq
+	}
+	if !slices.Equal(all, []int64{5, 4, 3, 2, 1}) {
+		t.Fatalf("pages of 2: %v, want [5 4 3 2 1]", all)
+	}
+}
+
+// A page read backwards trims first: what the limit or the TTL dropped is
+// not returned.
+func testHistoryReadBeforeTrimmed(t *testing.T, b cluster.Backend) {
+	opt := cluster.InboxOptions{Limit: 3, TTL: longTTL}
+	appendRoom(t, b, "r", 7, opt)
+	checkRead(t, "all", readBefore(t, b, "r", 0, 0, opt), []int64{7, 6, 5}, 0, 0, 7, 0)
+	checkRead(t, "before 6", readBefore(t, b, "r", 6, 10, opt), []int64{5}, 0, 0, 7, 0)
+	checkRead(t, "before 5", readBefore(t, b, "r", 5, 10, opt), []int64{}, 0, 0, 7, 0)
+	short := cluster.InboxOptions{Limit: 100, TTL: shortTTL}
+	appendRoom(t, b, "e", 2, short)
+	eventually(t, "room history expired", func() (bool, string) {
+		r := readBefore(t, b, "e", 0, 0, short)
+		return len(r.Messages) == 0, describe(r)
+	})
+	checkRead(t, "after expiry", readBefore(t, b, "e", 0, 0, short), []int64{}, 0, 0, 2, 0)
 }
 
 func testHistoryLimit(t *testing.T, b cluster.Backend) {

@@ -102,8 +102,11 @@ type PublishRequest struct {
 	// realtime, chat (the default) or notify.
 	Class          string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Conflation key of a realtime message (contract 19): in a connection's
+	// full queue it replaces the queued message of the same target and key.
+	Key           string `protobuf:"bytes,7,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PublishRequest) Reset() {
@@ -174,6 +177,13 @@ func (x *PublishRequest) GetClass() string {
 func (x *PublishRequest) GetIdempotencyKey() string {
 	if x != nil {
 		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *PublishRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -734,7 +744,11 @@ type GetHistoryRequest struct {
 	// Messages with seq > since (default 0).
 	Since int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
 	// At most this many (default 100, at most 1000).
-	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// With reverse (contract 19): messages with seq < before (0: from the
+	// newest), newest first; since must then be 0.
+	Before        int64 `protobuf:"varint,4,opt,name=before,proto3" json:"before,omitempty"`
+	Reverse       bool  `protobuf:"varint,5,opt,name=reverse,proto3" json:"reverse,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -788,6 +802,20 @@ func (x *GetHistoryRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *GetHistoryRequest) GetBefore() int64 {
+	if x != nil {
+		return x.Before
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
 }
 
 type HistoryMessage struct {
@@ -881,7 +909,7 @@ type GetHistoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The room's highest seq.
 	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	// Oldest first.
+	// Oldest first; newest first with reverse.
 	Messages      []*HistoryMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1497,14 +1525,15 @@ const file_wsgate_v1_api_proto_rawDesc = "" +
 	"\x13wsgate/v1/api.proto\x12\twsgate.v1\",\n" +
 	"\x06Target\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xc0\x01\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xd2\x01\n" +
 	"\x0ePublishRequest\x12)\n" +
 	"\x06target\x18\x01 \x01(\v2\x11.wsgate.v1.TargetR\x06target\x12\x14\n" +
 	"\x05event\x18\x02 \x01(\tR\x05event\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\tR\x04data\x12\x1a\n" +
 	"\breliable\x18\x04 \x01(\bR\breliable\x12\x14\n" +
 	"\x05class\x18\x05 \x01(\tR\x05class\x12'\n" +
-	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\"[\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12\x10\n" +
+	"\x03key\x18\a \x01(\tR\x03key\"[\n" +
 	"\x0fPublishResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x1b\n" +
@@ -1532,11 +1561,13 @@ const file_wsgate_v1_api_proto_rawDesc = "" +
 	"\x12ListMembersRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\"/\n" +
 	"\x13ListMembersResponse\x12\x18\n" +
-	"\amembers\x18\x01 \x03(\tR\amembers\"S\n" +
+	"\amembers\x18\x01 \x03(\tR\amembers\"\x85\x01\n" +
 	"\x11GetHistoryRequest\x12\x12\n" +
 	"\x04room\x18\x01 \x01(\tR\x04room\x12\x14\n" +
 	"\x05since\x18\x02 \x01(\x03R\x05since\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x80\x01\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06before\x18\x04 \x01(\x03R\x06before\x12\x18\n" +
+	"\areverse\x18\x05 \x01(\bR\areverse\"\x80\x01\n" +
 	"\x0eHistoryMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05event\x18\x02 \x01(\tR\x05event\x12\x12\n" +
