@@ -2,8 +2,8 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
