@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -41,6 +42,27 @@ func (cp *campaign) roomJob(rng *rand.Rand, m *cmpMsg) *jobRec {
 	m.Reliable = true
 	m.IdempotencyKey = fmt.Sprintf("cp-%d-%d", cp.seed, m.job)
 	return &jobRec{job: m.job, room: room, reliable: true, keyed: true, class: m.Class}
+}
+
+// presenceQuiet checks room presence after the faults: every client's
+// user is a member of the first room, whose namespace has presence, so
+// its presence must list exactly the connections the clients hold (no
+// connection of a killed node, none twice, none missing).
+func (cp *campaign) presenceQuiet() {
+	waitConnected(cp.t, 30*time.Second, cp.clients)
+	eventually(cp.t, 30*time.Second, cp.pre+"presence of "+campaignRooms[0]+" equals the clients' connections", func() (bool, string) {
+		want := map[string]bool{}
+		for _, r := range cp.clients {
+			if id := r.connID(); id != "" {
+				want[id] = true
+			}
+		}
+		got, err := roomPresenceOf(cp.liveNodes()[0], campaignRooms[0])
+		if err != nil {
+			return false, err.Error()
+		}
+		return maps.Equal(got, want), fmt.Sprintf("%d present, %d held: %s", len(got), len(want), diffSets(got, want))
+	})
 }
 
 // roomQuiet is quiet for the rooms: one last message to each, awaited on

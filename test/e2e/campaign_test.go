@@ -136,6 +136,8 @@ func TestCampaign(t *testing.T) {
 	default:
 		t.Fatalf("WSGATE_CHAOS_REDIS=%q: want standalone or sentinel", cp.mode)
 	}
+	// The first campaign room has presence: checked after the faults.
+	settings["WSGATE_ROOMS_FILE"] = writeRoomsFile(t, "rooms:\n  - pattern: \""+campaignRooms[0]+"\"\n    presence: true\n")
 	cp.c = newCluster(t, url, settings)
 	cp.setLive(cp.c.startNodes("n", 3, nil)...)
 	cp.nextNode = 4
@@ -174,6 +176,7 @@ func TestCampaign(t *testing.T) {
 	t.Logf("%spublisher stopped after %s; faults: %s", cp.pre, time.Since(cp.rec.start).Round(time.Millisecond), strings.Join(cp.faults, "; "))
 	cp.quiet()
 	cp.roomQuiet()
+	cp.presenceQuiet()
 	for _, r := range cp.clients {
 		r.stop()
 	}

@@ -165,7 +165,10 @@ func (m *presMember) state() (open, joined bool) {
 	return !m.closed, m.joined && !m.closed
 }
 
-func roomPresence(g *gateway) (map[string]bool, error) {
+func roomPresence(g *gateway) (map[string]bool, error) { return roomPresenceOf(g, presenceRoom) }
+
+// roomPresenceOf reads room's presence through g's API: its conn ids.
+func roomPresenceOf(g *gateway, room string) (map[string]bool, error) {
 	var p struct {
 		Connections int `json:"connections"`
 		Clients     []struct {
@@ -173,7 +176,7 @@ func roomPresence(g *gateway) (map[string]bool, error) {
 		} `json:"clients"`
 		Cursor string `json:"cursor"`
 	}
-	st, body, err := g.call("GET", "/api/v1/rooms/"+presenceRoom+"/presence?limit=10000", nil)
+	st, body, err := g.call("GET", "/api/v1/rooms/"+room+"/presence?limit=10000", nil)
 	if err != nil || st != 200 {
 		return nil, fmt.Errorf("presence: %d %s %v", st, body, err)
 	}
@@ -190,13 +193,20 @@ func roomPresence(g *gateway) (map[string]bool, error) {
 	return out, nil
 }
 
+// writeRoomsFile writes a rooms file and returns its path.
+func writeRoomsFile(t *testing.T, body string) string {
+	t.Helper()
+	rf := filepath.Join(t.TempDir(), "rooms.yml")
+	if err := os.WriteFile(rf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return rf
+}
+
 func TestRoomPresenceUnderChurnAndFaults(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Standalone(t, redistest.Options{})
-	rf := filepath.Join(t.TempDir(), "rooms.yml")
-	if err := os.WriteFile(rf, []byte("rooms:\n  - pattern: \"meet:*\"\n    presence: true\n    join_leave: true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rf := writeRoomsFile(t, "rooms:\n  - pattern: \"meet:*\"\n    presence: true\n    join_leave: true\n")
 	c := newCluster(t, srv.URL(), map[string]string{"WSGATE_ROOMS_FILE": rf})
 	nodes := c.startNodes("pres", 3, nil)
 

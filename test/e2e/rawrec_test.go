@@ -412,6 +412,16 @@ func (r *rawClient) connected() (bool, string) {
 	return true, r.conns[len(r.conns)-1].node
 }
 
+// connID is the id of the connection the client holds ("" for none).
+func (r *rawClient) connID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil || len(r.conns) == 0 {
+		return ""
+	}
+	return r.conns[len(r.conns)-1].connID
+}
+
 // LastSeq is the highest reliable seq the client received.
 func (r *rawClient) LastSeq() int64 {
 	r.mu.Lock()
