@@ -52,6 +52,12 @@ type Gateway struct {
 	Compression        string   // "on": permessage-deflate when the client offers it; "off": never
 	Transports         []string // WSGATE_TRANSPORTS: endpoints served, out of TransportNames
 
+	// The Pusher app the node speaks for (contract 21; docs/pusher.md),
+	// with "pusher" in Transports.
+	PusherAppID  string
+	PusherKey    string
+	PusherSecret string
+
 	UpstreamURL    string // where send frames and events go (contract section 13); empty = none
 	UpstreamSecret string // HMAC-SHA256 key of webhook and rpc bodies
 	RPCURL         string // HTTP endpoint answering rpc frames; empty = rpc refused
@@ -232,8 +238,11 @@ func registerGateway(s *Set, c *Gateway) {
 		"single: a new connection replaces the user's older ones cluster-wide")
 	s.String(&c.Compression, "compression", "on", "on: permessage-deflate (no context takeover) when the client offers it, "+
 		"for frames of 512 bytes and more; off: never negotiated")
-	s.List(&c.Transports, "transports", []string{"ws", "sse", "stream"}, "comma list of client endpoints served: ws (/ws), sse (/sse), stream (/stream); "+
-		"POST /v1/conn/{conn_id} is served with sse or stream")
+	s.List(&c.Transports, "transports", []string{"ws", "sse", "stream"}, "comma list of client endpoints served: ws (/ws), sse (/sse), stream (/stream), "+
+		"pusher (/app/{key}, the Pusher Channels protocol; needs the three pusher settings); POST /v1/conn/{conn_id} is served with sse or stream")
+	s.String(&c.PusherAppID, "pusher-app-id", "", "the Pusher app id of the Pusher HTTP API (/apps/{app_id}/...); with pusher in the transports")
+	s.String(&c.PusherKey, "pusher-key", "", "the Pusher app key clients connect with (/app/{key}) and the HTTP API's auth_key")
+	s.String(&c.PusherSecret, "pusher-secret", "", "the Pusher app secret: signs channel auth strings and the HTTP API's requests").Secret()
 	s.String(&c.UpstreamURL, "upstream-url", "", "where client send frames and events go: redis://host:port/db?stream=NAME, "+
 		"nats://host:port?subject=S&stream=N, kafka://b1:9092,b2:9092/TOPIC or an http(s):// webhook; empty = send refused").
 		SecretURL()
@@ -276,7 +285,7 @@ func registerGateway(s *Set, c *Gateway) {
 }
 
 // TransportNames are the values WSGATE_TRANSPORTS takes.
-var TransportNames = []string{"ws", "sse", "stream"}
+var TransportNames = []string{"ws", "sse", "stream", "pusher"}
 
 // TransportOn reports whether the endpoint of transport name is served.
 func (c *Gateway) TransportOn(name string) bool { return slices.Contains(c.Transports, name) }

@@ -111,6 +111,7 @@ func (c *Gateway) Validate() error {
 			v.failf("%s entry %q is not a transport (want %s)", EnvName("transports"), tp, strings.Join(TransportNames, ", "))
 		}
 	}
+	c.checkPusher(&v)
 
 	v.bothOrNeither("tls-cert-file", c.TLSCertFile, "tls-key-file", c.TLSKeyFile)
 	v.file("tls-cert-file", c.TLSCertFile)
@@ -140,6 +141,7 @@ const SecretPlaceholder = "CHANGE-ME"
 func (c *Gateway) CheckSecrets() error {
 	var v checker
 	v.secret("api-key", c.APIKey, MinAPIKeyBytes)
+	v.secret("pusher-secret", c.PusherSecret, MinAPIKeyBytes)
 	for s := range strings.SplitSeq(c.JWTSecret, ",") {
 		if c.JWTSecret != "" {
 			v.secret("jwt-secret", strings.TrimSpace(s), MinHMACSecretBytes)
@@ -228,3 +230,27 @@ func (c *Gateway) checkEvents(v *checker) {
 
 // EventOn reports whether WSGATE_EVENTS lists the event.
 func (c *Gateway) EventOn(name string) bool { return slices.Contains(c.Events, name) }
+
+// checkPusher: the pusher transport needs its app id, key and secret;
+// they mean nothing without it.
+func (c *Gateway) checkPusher(v *checker) {
+	if !v.ok() {
+		return
+	}
+	if !c.TransportOn("pusher") {
+		if c.PusherAppID != "" || c.PusherKey != "" || c.PusherSecret != "" {
+			v.failf("%s, %s and %s are set but %s has no pusher entry", EnvName("pusher-app-id"), EnvName("pusher-key"), EnvName("pusher-secret"), EnvName("transports"))
+		}
+		return
+	}
+	for _, s := range []struct{ name, val string }{{"pusher-app-id", c.PusherAppID}, {"pusher-key", c.PusherKey}, {"pusher-secret", c.PusherSecret}} {
+		if s.val == "" {
+			v.failf("%s must be set: %s has pusher (the Pusher protocol needs %s, %s and %s)", EnvName(s.name), EnvName("transports"),
+				EnvName("pusher-app-id"), EnvName("pusher-key"), EnvName("pusher-secret"))
+			return
+		}
+	}
+	if strings.ContainsAny(c.PusherKey, "/?#:% ") || strings.ContainsAny(c.PusherAppID, "/?#% ") {
+		v.failf("%s and %s must not hold '/', '?', '#', '%%', ':' or spaces (they are parts of URLs)", EnvName("pusher-key"), EnvName("pusher-app-id"))
+	}
+}

@@ -35,6 +35,11 @@ func TestSecretFileForms(t *testing.T) {
 			t.Errorf("%v %v: api key %q, jwt secret %q; want %q, %q", tc.env, tc.args, cfg.APIKey, cfg.JWTSecret, tc.key, tc.jwt)
 		}
 	}
+	pcfg := new(Gateway)
+	wantErr(t, NewGatewaySet(pcfg).Load(nil, envOf(map[string]string{"WSGATE_PUSHER_SECRET_FILE": key})), "")
+	if pcfg.PusherSecret != longKey {
+		t.Errorf("WSGATE_PUSHER_SECRET_FILE: secret %q, want %q", pcfg.PusherSecret, longKey)
+	}
 	// Every secret of the gateway has one (WSGATE_UPSTREAM_SECRET too, once it is registered as a secret).
 	set := NewGatewaySet(new(Gateway))
 	for _, st := range set.Settings() {

@@ -124,7 +124,19 @@ func TestGatewayValidate(t *testing.T) {
 		{"warmup positive", func(c *Gateway) { c.Warmup = time.Minute }, ""},
 		{"transports sse only", func(c *Gateway) { c.Transports = []string{"sse"} }, ""},
 		{"transport unknown", func(c *Gateway) { c.Transports = []string{"ws", "polling"} },
-			`WSGATE_TRANSPORTS entry "polling" is not a transport (want ws, sse, stream)`},
+			`WSGATE_TRANSPORTS entry "polling" is not a transport (want ws, sse, stream, pusher)`},
+		{"pusher without its settings", func(c *Gateway) { c.Transports = []string{"ws", "pusher"}; c.PusherAppID, c.PusherKey = "1", "k" },
+			"WSGATE_PUSHER_SECRET must be set: WSGATE_TRANSPORTS has pusher"},
+		{"pusher settings without pusher", func(c *Gateway) { c.PusherAppID, c.PusherKey, c.PusherSecret = "1", "k", "s" },
+			"WSGATE_TRANSPORTS has no pusher entry"},
+		{"pusher key with a slash", func(c *Gateway) {
+			c.Transports = []string{"pusher"}
+			c.PusherAppID, c.PusherKey, c.PusherSecret = "1", "a/b", "s"
+		}, "WSGATE_PUSHER_KEY and WSGATE_PUSHER_APP_ID must not hold"},
+		{"pusher ok", func(c *Gateway) {
+			c.Transports = []string{"ws", "pusher"}
+			c.PusherAppID, c.PusherKey, c.PusherSecret = "1", "app-key", "0123456789abcdef0123"
+		}, ""},
 		{"events ok", func(c *Gateway) { c.Events = []string{"connect", "offline", "undelivered"} }, ""},
 		{"event unknown", func(c *Gateway) { c.Events = []string{"connect", "presence"} },
 			`WSGATE_EVENTS entry "presence" is not an event (want connect, disconnect, online, offline, join, leave, ack, undelivered, occupied, vacated)`},

@@ -357,28 +357,19 @@ func (h *hsConn) consumeLocked(data []byte) (rest []byte, finished bool) {
 // else goes to net/http. req and rest may be the loop's buffer.
 func (h *hsConn) finishLocked(req, rest []byte) {
 	h.markDoneLocked()
+	if isPusherRequestLine(req) && h.a.n.cfg.TransportOn("pusher") {
+		h.pusherLocked(req, rest)
+		return
+	}
 	if !isWSRequestLine(req) || !h.a.n.cfg.TransportOn("ws") {
 		h.handOffLocked(append(append([]byte(nil), req...), rest...))
 		return
 	}
 	n := h.a.n
-	u, err := scanHead(req)
-	if err == nil {
-		if p := u.problem(); p != "" {
-			err = errors.New(p)
-		}
-	}
-	if err != nil {
-		h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", err.Error()))
+	r, resp, ok := h.upgradeLocked(req)
+	if !ok {
 		return
 	}
-	r, resp, err := parseUpgrade(req)
-	if err != nil {
-		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
-		h.writeCloseLocked(refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)").response())
-		return
-	}
-	r.ip = h.ip
 	adm, f := n.admit(&r)
 	if f != nil && !f.awaitKeys {
 		h.refuseLocked(f)
@@ -410,6 +401,30 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 	h.fd = -1
 }
 
+// upgradeLocked checks a whole upgrade request and returns what the
+// handshake's checks need and the 101 answer; a bad request is answered
+// (400) and closed, and ok is false.
+func (h *hsConn) upgradeLocked(req []byte) (r wsRequest, resp []byte, ok bool) {
+	u, err := scanHead(req)
+	if err == nil {
+		if p := u.problem(); p != "" {
+			err = errors.New(p)
+		}
+	}
+	if err != nil {
+		h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", err.Error()))
+		return r, nil, false
+	}
+	r, resp, err = parseUpgrade(req)
+	if err != nil {
+		h.a.n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
+		h.writeCloseLocked(refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)").response())
+		return r, nil, false
+	}
+	r.ip = h.ip
+	return r, resp, true
+}
+
 // refuseTaken answers a handshake whose socket the handler has handed on
 // (a goroutine of its own judges it) with f and closes it.
 func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsState, f *refusal) {
@@ -431,7 +446,7 @@ func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsState, a admission
 		resp = with101Extension(resp)
 	}
 	f := n.askProxy(n.hsCtx, &a)
-	if f == nil {
+	if f == nil && a.tp != tpPusher { // a Pusher connection's user is its own socket id
 		f = n.checkUserLimit(n.hsCtx, a.claims.Subject)
 	}
 	if f != nil {
@@ -439,7 +454,7 @@ func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsState, a admission
 		n.refuseTaken(fd, tok, tr, f)
 		return
 	}
-	c := n.newConn(&a, fd, nil, tpWS)
+	c := n.newConn(&a, fd, nil, a.tp)
 	c.token, c.tr = tok, tr
 	c.outq = [][]byte{resp}
 	c.preamble = true
@@ -509,7 +524,9 @@ func parseUpgrade(req []byte) (wsRequest, []byte, error) {
 	var qerr error
 	u := ws.Upgrader{
 		OnRequest: func(uri []byte) error {
-			if _, q, ok := bytes.Cut(uri, []byte{'?'}); ok {
+			p, q, ok := bytes.Cut(uri, []byte{'?'})
+			r.path = string(p)
+			if ok {
 				r.query, qerr = url.ParseQuery(string(q))
 			}
 			return nil

@@ -190,6 +190,7 @@ type connExtra struct {
 	// the connection ended (it enters no room after that).
 	pres        map[string]*connPres
 	presInfo    map[string]json.RawMessage // a join proxy's info for the room's presence entry
+	presAs      map[string]presAs          // a Pusher presence channel's member, for the room's presence entry
 	presq       []presOp
 	presRunning bool
 	presClosed  bool
@@ -223,7 +224,7 @@ func (x *connExtra) idle() bool {
 	return len(x.inq) == 0 && len(x.sendq) == 0 && !x.sending && x.sendBlock == "" && x.rpcs == 0 &&
 		!x.refreshed && x.claims == nil && x.room == nil && len(x.keyed) == 0 &&
 		x.info == nil && !x.lifeUp && x.closeCode == 0 && x.closeReason == "" &&
-		len(x.pres) == 0 && len(x.presq) == 0 && !x.presRunning && !x.presClosed && len(x.presInfo) == 0
+		len(x.pres) == 0 && len(x.presq) == 0 && !x.presRunning && !x.presClosed && len(x.presInfo) == 0 && len(x.presAs) == 0
 }
 
 func (c *conn) logger() *slog.Logger {
@@ -414,7 +415,7 @@ func (c *conn) writeOutLocked() {
 		if len(c.outq) == 0 {
 			return
 		}
-		if c.tp != tpWS {
+		if isHTTPStream(c.tp) {
 			c.wroteStreamLocked()
 		}
 		bufs := c.outq

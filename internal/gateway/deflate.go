@@ -80,8 +80,11 @@ type zframe struct {
 // frameFor returns the frame of d for c: compressed for a deflate
 // connection when the payload is large enough, plain otherwise.
 func (d *delivery) frameFor(c *conn) []byte {
-	if c.tp != tpWS {
+	switch {
+	case isHTTPStream(c.tp):
 		return d.streamFrame(c.tp)
+	case c.tp == tpPusher:
+		return d.pusherFrame(c.n)
 	}
 	fr := d.frame(c.format)
 	if !c.deflate || fr == nil {

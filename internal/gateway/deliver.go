@@ -36,6 +36,8 @@ type delivery struct {
 	sse      []byte
 	ndOnce   sync.Once
 	nd       []byte
+	pOnce    sync.Once // the Pusher frame (pusher.go)
+	pusher   []byte
 }
 
 func newDelivery(msgJSON []byte, cl class, seq, pubAt int64) *delivery {
@@ -134,7 +136,11 @@ func (c *conn) deliver(d *delivery) {
 }
 
 // excepts reports whether c is the connection the message spares.
-func (d *delivery) excepts(c *conn) bool { return d.except != "" && d.except == c.connID() }
+// A Pusher connection is also spared by its socket_id (its user), as the
+// Pusher HTTP API names it.
+func (d *delivery) excepts(c *conn) bool {
+	return d.except != "" && (d.except == c.connID() || c.tp == tpPusher && d.except == c.user)
+}
 
 // Seq is the message's seq, 0 when it is not reliable (session.Message).
 func (d *delivery) Seq() int64 { return d.seq }

@@ -115,6 +115,7 @@ type wsRequest struct {
 	cookie    string   // Cookie (all of them, "; "-joined), for WSGATE_CONNECT_URL
 	userAgent string   // User-Agent, for WSGATE_CONNECT_URL
 	exts      [][]byte // the Sec-WebSocket-Extensions headers (deflate.go)
+	path      string   // the request's path (own accept path only)
 }
 
 func requestOf(r *http.Request) wsRequest {
@@ -214,26 +215,17 @@ type admission struct {
 	proxy     []byte           // the WSGATE_CONNECT_URL request still to make (claims is nil until then)
 	roomSince map[string]int64 // room_since: reliable rooms to resume
 	deflate   bool             // permessage-deflate accepted (deflate.go)
+	tp        uint8            // the transport (tpWS, or tpPusher on /app/{key})
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the
 // contract's order. On success the caller owns an IP slot (see admission).
 func (n *Node) admit(req *wsRequest) (admission, *refusal) {
-	req.ip = n.clientIP(req)
-	a := admission{ip: req.ip, deflate: n.acceptsDeflate(req)}
-	if !n.accepting() {
-		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node not accepting connections ("+n.notReadyReason()+")")
-		f.retryAfter = 5 * time.Second
+	a, f := n.admitPeer(req)
+	if f != nil {
 		return a, f
 	}
-	if !n.origins.AllowOrigin(req.origin, req.host) {
-		return a, refuseWith(http.StatusForbidden, "origin_forbidden", "Origin "+req.origin+" is not allowed")
-	}
-	if ok, after := n.hsLimiter.Allow(req.ip, time.Now()); !ok {
-		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many handshakes from "+req.ip)
-		f.retryAfter = after
-		return a, f
-	}
+	a.deflate = n.acceptsDeflate(req)
 	var err error
 	if a.format, err = protocol.ParseFormat(req.query.Get("format")); err != nil {
 		return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
@@ -260,6 +252,27 @@ func (n *Node) admit(req *wsRequest) (admission, *refusal) {
 		return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
 	}
 	return n.admitToken(context.Background(), req, a, false)
+}
+
+// admitPeer runs the first checks of every handshake, in the contract's
+// order: the node accepts connections, the Origin, the handshake rate.
+func (n *Node) admitPeer(req *wsRequest) (admission, *refusal) {
+	req.ip = n.clientIP(req)
+	a := admission{ip: req.ip}
+	if !n.accepting() {
+		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node not accepting connections ("+n.notReadyReason()+")")
+		f.retryAfter = 5 * time.Second
+		return a, f
+	}
+	if !n.origins.AllowOrigin(req.origin, req.host) {
+		return a, refuseWith(http.StatusForbidden, "origin_forbidden", "Origin "+req.origin+" is not allowed")
+	}
+	if ok, after := n.hsLimiter.Allow(req.ip, time.Now()); !ok {
+		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many handshakes from "+req.ip)
+		f.retryAfter = after
+		return a, f
+	}
+	return a, nil
 }
 
 // admitToken is the rest of admit: the token, then the per-IP slot. On the
@@ -298,12 +311,17 @@ func (n *Node) admitToken(ctx context.Context, req *wsRequest, a admission, wait
 		}
 		return a, f
 	}
-	if !n.ipConns.Acquire(req.ip) {
-		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many connections from "+req.ip)
+	return a, n.acquireIP(req.ip)
+}
+
+// acquireIP takes one slot of the per-IP connection limit (see admission).
+func (n *Node) acquireIP(ip string) *refusal {
+	if !n.ipConns.Acquire(ip) {
+		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many connections from "+ip)
 		f.reason, f.retryAfter = "conn_limit", 5*time.Second
-		return a, f
+		return f
 	}
-	return a, nil
+	return nil
 }
 
 func (n *Node) release(a *admission) { n.ipConns.Release(a.ip) }
@@ -361,6 +379,9 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO, tp uint8) *conn {
 	if n.cfg.MaxConnsPerIP > 0 {
 		c.ip = a.ip // the connection releases its IP slot when it ends
 	}
+	if tp == tpPusher {
+		c.user = n.pusherSocketID(c.idSeq) // nobody is authenticated (pusher.go)
+	}
 	c.meta = n.metas.get(grants(a.claims), a.device)
 	c.exp = n.connExp(a.claims)
 	if len(a.claims.Info) > 0 { // for presence (the route) and the connect record
@@ -408,19 +429,29 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		initial, _ = rw.Reader.Peek(rw.Reader.Buffered())
 		initial = append([]byte(nil), initial...)
 	}
-	fd := -1
-	var tlsc *tlsIO
-	if tc, ok := netConn.(tlsStream); ok {
-		// crypto/tls keeps the connection: it gets a reader and a
-		// writer goroutine (see tls.go).
-		tlsc = newTLSIO(tc)
-	} else if fd, err = netpoll.TakeFD(netConn); err != nil {
-		n.release(&a)
-		netConn.Close()
-		n.log.Error("cannot take the socket into the event loop", "err", err)
+	fd, tlsc, ok := n.takeUpgraded(netConn, &a)
+	if !ok {
 		return
 	}
 	n.establish(n.newConn(&a, fd, tlsc, tpWS), a.ip, a.since, a.hasSince, a.roomSince, initial)
+}
+
+// takeUpgraded takes a connection net/http upgraded: its descriptor into
+// the event loop, or a TLS connection as crypto/tls keeps it (a reader
+// and a writer goroutine, see tls.go). On failure it releases a and
+// closes the connection.
+func (n *Node) takeUpgraded(netConn net.Conn, a *admission) (fd int, tlsc *tlsIO, ok bool) {
+	if tc, ok := netConn.(tlsStream); ok {
+		return -1, newTLSIO(tc), true
+	}
+	fd, err := netpoll.TakeFD(netConn)
+	if err != nil {
+		n.release(a)
+		netConn.Close()
+		n.log.Error("cannot take the socket into the event loop", "err", err)
+		return -1, nil, false
+	}
+	return fd, nil, true
 }
 
 // authenticate verifies the token (or, in insecure mode, takes ?user=).
@@ -556,7 +587,7 @@ func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSin
 		Type: protocol.TypeWelcome, ConnID: c.connID(), Node: n.cfg.NodeID, User: c.user,
 		PingIntervalMS: n.cfg.PingInterval.Milliseconds(), InboxSeq: rd.LastSeq, Device: c.deviceName(), Rooms: rooms.seqs,
 	}
-	if c.tp != tpWS {
+	if isHTTPStream(c.tp) {
 		w.Session, w.Transport = n.session(c.connID()), tpNames[c.tp]
 	}
 	welcome, _ := protocol.Encode(c.format, w)
@@ -674,6 +705,9 @@ func (n *Node) forget(c *conn) {
 	emptied, found := n.hub.remove(c)
 	if !found {
 		return
+	}
+	if c.tp == tpPusher {
+		n.pusherRates.Delete(c)
 	}
 	if c.ip != "" {
 		n.ipConns.Release(c.ip)

@@ -126,7 +126,7 @@ func (h *hub) add(c *conn) (first bool) {
 	defer h.mu.Unlock()
 	h.n++
 	h.byTP[c.tp]++
-	if c.tp != tpWS {
+	if isHTTPStream(c.tp) {
 		h.streams[c.idSeq] = c
 	}
 	u := h.users[c.user]
@@ -163,7 +163,7 @@ func (h *hub) remove(c *conn) (emptied []string, found bool) {
 	h.list = h.list[:last]
 	h.n--
 	h.byTP[c.tp]--
-	if c.tp != tpWS {
+	if isHTTPStream(c.tp) {
 		delete(h.streams, c.idSeq)
 	}
 	h.node.metrics.Connections.WithLabelValues(tpNames[c.tp]).Set(float64(h.byTP[c.tp]))

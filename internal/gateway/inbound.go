@@ -54,6 +54,10 @@ func (c *conn) ack(seq int64) error {
 func (c *conn) handle(cf *protocol.ClientFrame) {
 	ctx, cancel := c.n.bctx(c.n.ctx)
 	defer cancel()
+	if c.tp == tpPusher {
+		c.pusherHandle(ctx, cf)
+		return
+	}
 	switch cf.Type {
 	case protocol.TypePing:
 		c.send(c.pongFrame(cf))

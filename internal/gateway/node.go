@@ -77,11 +77,14 @@ type Node struct {
 
 	interest roomLocks // orders this node's interest writes of each room
 
-	rooms     atomic.Pointer[rooms.Set] // the namespaces (WSGATE_ROOMS_FILE); nil: none
-	pres      cluster.Presence          // room presence; nil when the backend has none
-	presMu    sync.Mutex
-	presRetry []cluster.PresenceEntry // entries whose removal failed, retried at the next heartbeat
-	metas     metaCache               // connMeta shared by connections with the same grants
+	rooms  atomic.Pointer[rooms.Set] // the namespaces (WSGATE_ROOMS_FILE); nil: none
+	pres   cluster.Presence          // room presence; nil when the backend has none
+	presMu sync.Mutex
+
+	pusherPrefix uint32                  // the first half of this node's Pusher socket ids (pusher.go)
+	pusherRates  sync.Map                // *conn -> *auth.Bucket: Pusher client events sent (pusher_channels.go)
+	presRetry    []cluster.PresenceEntry // entries whose removal failed, retried at the next heartbeat
+	metas        metaCache               // connMeta shared by connections with the same grants
 
 	behindRunning atomic.Bool     // catchUpBehind is running
 	staleNodes    map[string]bool // nodes silent for staleAfter at the last cleanupDeadNodes (its goroutine only)
@@ -238,6 +241,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	var b [4]byte
 	rand.Read(b[:])
 	n.idPrefix = hex.EncodeToString(b[:])
+	n.setPusherPrefix()
 	n.sessionKey = newSessionKey()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.hsCtx, n.hsCancel = context.WithCancel(n.ctx)

@@ -53,12 +53,27 @@ type connPres struct {
 	ready bool              // the add (and snapshot) is done; until then changes wait in buf
 	buf   []presEvent       // changes that arrived before ready
 	view  map[string]string // join_leave: conn id -> user of those the member was told joined and not left
+
+	// The entry's user and info when they are not the connection's (a
+	// Pusher presence channel's channel_data: presAs), and whether the
+	// Pusher subscription_succeeded went out (pusher_presence.go).
+	user string
+	info json.RawMessage
+	told bool
+}
+
+// presAs is the user and info a connection's entry in one room's presence
+// has instead of its own.
+type presAs struct {
+	user string
+	info json.RawMessage
 }
 
 type presOp struct {
 	room  string
 	enter bool
 	cp    *connPres // enter: the entry it adds
+	user  string    // leave: the entry's user when it is not the connection's
 }
 
 // presEvent is a joined or left change of one entry.
@@ -135,6 +150,10 @@ func (n *Node) presenceEnter(c *conn, room string) {
 		x.pres = map[string]*connPres{}
 	}
 	cp := &connPres{}
+	if as, ok := x.presAs[room]; ok {
+		cp.user, cp.info = as.user, as.info
+		delete(x.presAs, room)
+	}
 	x.pres[room] = cp
 	n.queuePresenceLocked(c, presOp{room: room, enter: true, cp: cp})
 }
@@ -145,8 +164,9 @@ func (n *Node) presenceLeave(c *conn, room string) {
 		c.mu.Unlock()
 		return
 	}
+	user := c.x.pres[room].user
 	delete(c.x.pres, room) // no change of the room reaches it from now on
-	n.queuePresenceLocked(c, presOp{room: room})
+	n.queuePresenceLocked(c, presOp{room: room, user: user})
 }
 
 // presenceClose takes an ended connection out of every room's presence.
@@ -165,10 +185,10 @@ func (n *Node) presenceClose(c *conn) {
 		roomsIn = append(roomsIn, room)
 	}
 	slices.Sort(roomsIn)
-	clear(c.x.pres)
 	for _, room := range roomsIn {
-		c.x.presq = append(c.x.presq, presOp{room: room})
+		c.x.presq = append(c.x.presq, presOp{room: room, user: c.x.pres[room].user})
 	}
+	clear(c.x.pres)
 	n.queuePresenceLocked(c, presOp{})
 }
 
@@ -203,8 +223,11 @@ func (n *Node) runPresence(c *conn) {
 		op := x.presq[0]
 		x.presq = x.presq[1:]
 		c.mu.Unlock()
-		e := cluster.PresenceEntry{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID, Device: c.deviceName()}
-		if op.enter {
+		e := cluster.PresenceEntry{User: cmp.Or(op.user, c.user), ConnID: c.connID(), Node: n.cfg.NodeID, Device: c.deviceName()}
+		if op.enter && op.cp.user != "" {
+			e.User, e.Info = op.cp.user, op.cp.info
+			n.enterPresence(c, op, e)
+		} else if op.enter {
 			e.Info = c.presenceInfo()
 			c.mu.Lock()
 			if info, ok := c.x.presInfo[op.room]; ok {
@@ -265,7 +288,7 @@ func (n *Node) enterPresence(c *conn, op presOp, e cluster.PresenceEntry) {
 		return n.pres.AddPresence(ctx, op.room, e)
 	})
 	var snap []cluster.PresenceEntry
-	joinLeave := n.ns(op.room).JoinLeave
+	joinLeave := n.joinLeave(op.room)
 	if err == nil && joinLeave {
 		snap, err = n.presenceSnapshot(op.room)
 		if err != nil {
@@ -397,7 +420,7 @@ func (n *Node) announcePresence(ev presEvent, ch cluster.PresenceChange) {
 			n.events.roomOccupancy("vacated", ev.room)
 		}
 	}
-	if !n.ns(ev.room).JoinLeave {
+	if !n.joinLeave(ev.room) {
 		return
 	}
 	n.deliverPresence(ev)
@@ -449,6 +472,10 @@ func (c *conn) presenceEventLocked(cp *connPres, ev presEvent) {
 	if cp.view == nil || ev.conn == c.connID() {
 		return
 	}
+	if c.tp == tpPusher {
+		c.pusherPresenceLocked(cp, ev)
+		return
+	}
 	_, seen := cp.view[ev.conn]
 	switch {
 	case ev.join && !seen:
@@ -485,7 +512,9 @@ func (c *conn) sharedPresenceFrameLocked(ev presEvent, typ string, info json.Raw
 // the difference (in the snapshot's order of entry), then applies the
 // changes that waited meanwhile.
 func (c *conn) applySnapshotLocked(room string, cp *connPres, snap []cluster.PresenceEntry) {
-	if cp.view != nil {
+	if cp.view != nil && c.tp == tpPusher {
+		c.pusherSnapshotLocked(room, cp, snap)
+	} else if cp.view != nil {
 		self := c.connID()
 		now := make(map[string]cluster.PresenceEntry, len(snap))
 		for _, e := range snap {
@@ -597,6 +626,8 @@ func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
 		c    *conn
 		room string
 		seq  int64
+		user string // the entry's, when not the connection's (presAs)
+		info json.RawMessage
 	}
 	var mine []held
 	floor := map[string]int64{}
@@ -605,7 +636,7 @@ func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
 		if c.x != nil {
 			for room, cp := range c.x.pres {
 				if cp.ready {
-					mine = append(mine, held{c, room, cp.seq})
+					mine = append(mine, held{c, room, cp.seq, cp.user, cp.info})
 					floor[room] = max(floor[room], cp.seq)
 				}
 			}
@@ -624,6 +655,9 @@ func (n *Node) checkOwnPresence(ctx context.Context, lost bool) {
 	rebuilt := 0
 	for _, h := range mine {
 		e := cluster.PresenceEntry{User: h.c.user, ConnID: h.c.connID(), Node: n.cfg.NodeID, Device: h.c.deviceName(), Info: h.c.presenceInfo()}
+		if h.user != "" {
+			e.User, e.Info = h.user, h.info
+		}
 		if lost {
 			e.Seq, e.Floor = h.seq, floor[h.room]
 		}

@@ -65,7 +65,7 @@ func (c *conn) feed(b []byte) {
 // consume parses every complete frame in data (plus what was left from
 // before). It returns false once the connection is finished.
 func (c *conn) consume(data []byte) bool {
-	if c.tp != tpWS {
+	if isHTTPStream(c.tp) {
 		// An HTTP stream's client sends its frames by POST; bytes on the
 		// stream's own connection mean nothing.
 		return true
@@ -272,6 +272,9 @@ func (c *conn) onClientMessage(op byte, payload []byte) (more, limited bool) {
 			return true, true
 		}
 	}
+	if c.tp == tpPusher {
+		return c.pusherMessage(payload), false
+	}
 	f := protocol.JSON
 	if op == wsframe.OpBinary {
 		f = protocol.MsgPack
@@ -334,8 +337,11 @@ func (c *conn) sendError(code, msg string) {
 // dataFrame wraps an encoded object in a text (JSON) or binary frame,
 // compressed on a deflate connection when it is large enough.
 func (c *conn) dataFrame(b []byte) []byte {
-	if c.tp != tpWS {
+	switch {
+	case isHTTPStream(c.tp):
 		return c.streamFrame(b, "")
+	case c.tp == tpPusher:
+		return c.pusherFrameOf(b)
 	}
 	op := byte(wsframe.OpText)
 	if c.format == protocol.MsgPack {

@@ -244,7 +244,9 @@ func (n *Node) joinConnRoom(ctx context.Context, c *conn, room string, since *in
 		c.sess.Follow(room, seqs[0])
 		c.mu.Unlock()
 	}
-	if n.tracksPresence(room) {
+	if n.tracksPresence(room) || (c.tp == tpPusher && n.pres != nil) {
+		// A Pusher channel is always in presence: its member lists, and
+		// the occupied channels of the Pusher HTTP API.
 		n.presenceEnter(c, room)
 	}
 	return nil

@@ -32,11 +32,16 @@ const (
 	tpWS uint8 = iota
 	tpSSE
 	tpStream
+	tpPusher // a WebSocket speaking the Pusher protocol (pusher.go)
 )
 
 // tpNames are the transports' names: the metric label, the welcome's
 // transport field and WSGATE_TRANSPORTS.
-var tpNames = [...]string{tpWS: "ws", tpSSE: "sse", tpStream: "stream"}
+var tpNames = [...]string{tpWS: "ws", tpSSE: "sse", tpStream: "stream", tpPusher: "pusher"}
+
+// isHTTPStream reports whether tp carries frames in an HTTP answer (SSE,
+// ndjson) rather than WebSocket frames.
+func isHTTPStream(tp uint8) bool { return tp == tpSSE || tp == tpStream }
 
 // maxStreamBody bounds the JSON body of POST /stream.
 const maxStreamBody = 64 << 10
@@ -69,8 +74,11 @@ func (c *conn) wroteStreamLocked() {
 // HTTP transports the frame {"type":"close","code","reason"} (the stream
 // then ends).
 func (c *conn) closeFrame(code int, reason string) []byte {
-	if c.tp == tpWS {
+	switch c.tp {
+	case tpWS:
 		return wsframe.CloseFrame(code, reason)
+	case tpPusher:
+		return wsframe.CloseFrame(protocol.PusherCloseCode(code), reason)
 	}
 	b, _ := json.Marshal(protocol.StreamClose{Type: protocol.TypeClose, Code: code, Reason: reason})
 	return c.streamFrame(b, "")

@@ -53,6 +53,9 @@ func (n *Node) clientRoutes(mux *http.ServeMux) {
 		mux.HandleFunc("POST /v1/conn/{conn_id}", n.serveConnPost)
 		mux.HandleFunc("OPTIONS /v1/conn/{conn_id}", n.streamPreflight)
 	}
+	if n.cfg.TransportOn("pusher") {
+		mux.HandleFunc("GET /app/{key}", n.servePusher)
+	}
 	mux.HandleFunc("GET /healthz", n.serveHealth)
 	mux.HandleFunc("GET /readyz", n.serveReady)
 	n.allocateRoutes(mux)
@@ -87,6 +90,9 @@ func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 	api("GET /api/v1/nodes", n.apiNodes)
 	api("POST /api/v1/nodes/{node}/drain", n.apiDrain)
 	mux.Handle(n.grpcHandler())
+	if n.cfg.TransportOn("pusher") {
+		n.pusherAPIRoutes(mux)
+	}
 	api("/api/", func(w http.ResponseWriter, r *http.Request) error {
 		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "no such API endpoint: " + r.Method + " " + r.URL.Path}
 	})

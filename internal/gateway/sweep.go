@@ -80,7 +80,7 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 		c.closeLocked(protocol.CloseSlowConsumer)
 		return
 	}
-	if now-c.lastRead > pongTimeout && c.tp == tpWS {
+	if now-c.lastRead > pongTimeout && !isHTTPStream(c.tp) {
 		// (An HTTP stream's client sends nothing on it: its socket has
 		// TCP_USER_TIMEOUT instead, see serveHTTPStream.)
 		c.closeWithReasonLocked(protocol.CloseGoingAway, "no pong within the pong timeout")

@@ -78,7 +78,7 @@ func (c *conn) tlsWriter() {
 			bufs, marks := c.outq, c.lat
 			c.outq, c.lat = nil, nil
 			c.keysWrittenLocked()
-			if c.tp != tpWS && len(bufs) > 0 {
+			if isHTTPStream(c.tp) && len(bufs) > 0 {
 				c.wroteStreamLocked()
 			}
 			c.wakeCatchUpLocked()
