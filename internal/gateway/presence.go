@@ -74,6 +74,9 @@ type presOp struct {
 	enter bool
 	cp    *connPres // enter: the entry it adds
 	user  string    // leave: the entry's user when it is not the connection's
+	// flush is closed when the worker reaches this op: the changes queued
+	// before it are made (presenceFlush).
+	flush chan struct{}
 }
 
 // presEvent is a joined or left change of one entry.
@@ -196,7 +199,7 @@ func (n *Node) presenceClose(c *conn) {
 // connection's presence worker if none runs; it unlocks c.mu.
 func (n *Node) queuePresenceLocked(c *conn, op presOp) {
 	x := c.x
-	if op.room != "" {
+	if op.room != "" || op.flush != nil {
 		x.presq = append(x.presq, op)
 	}
 	start := !x.presRunning && len(x.presq) > 0
@@ -223,6 +226,10 @@ func (n *Node) runPresence(c *conn) {
 		op := x.presq[0]
 		x.presq = x.presq[1:]
 		c.mu.Unlock()
+		if op.flush != nil {
+			close(op.flush)
+			continue
+		}
 		e := cluster.PresenceEntry{User: cmp.Or(op.user, c.user), ConnID: c.connID(), Node: n.cfg.NodeID, Device: c.deviceName()}
 		if op.enter && op.cp.user != "" {
 			e.User, e.Info = op.cp.user, op.cp.info
@@ -239,6 +246,23 @@ func (n *Node) runPresence(c *conn) {
 		} else {
 			n.leavePresence(op.room, e)
 		}
+	}
+}
+
+// presenceFlush waits (within ctx) until the presence changes queued for
+// c so far are made: a join or leave frame is answered once the room's
+// presence shows it.
+func (n *Node) presenceFlush(ctx context.Context, c *conn) {
+	c.mu.Lock()
+	if c.x == nil || !c.x.presRunning && len(c.x.presq) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	n.queuePresenceLocked(c, presOp{flush: done})
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 

@@ -285,3 +285,28 @@ func TestRoomTokenMaxMembersAndJoinProxy(t *testing.T) {
 		t.Fatalf("join beyond max_members: %v", r)
 	}
 }
+
+// A join frame is answered once the room's presence has the connection,
+// a leave frame once it no longer has it: an API read right after the
+// answer agrees.
+func TestRoomPresenceAtTheAnswer(t *testing.T) {
+	n := startNode(t, withRooms("rooms:\n  - pattern: \"meet:*\"\n    presence: true\n  - pattern: \"tab:*\"\n    presence: true\n    scope: connection\n")(t))
+	c := n.dial(t, "", http.Header{"Authorization": {"Bearer " + token(t, "u", map[string]any{"rooms": []string{"meet:*", "tab:*"}})}}, true)
+	c.expect("welcome")
+	for i := range 20 {
+		for _, room := range []string{"meet:1", "tab:1"} {
+			if r := frameReq(t, c, map[string]any{"type": "join", "id": "j" + room, "room": room}); r["ok"] != true {
+				t.Fatalf("join: %v", r)
+			}
+			if p, err := n.ReadRoomPresence(context.Background(), room, "", 0); err != nil || p.Connections != 1 {
+				t.Fatalf("round %d: %s's presence at the join's answer: %+v, %v", i, room, p, err)
+			}
+			if r := frameReq(t, c, map[string]any{"type": "leave", "id": "l" + room, "room": room}); r["ok"] != true {
+				t.Fatalf("leave: %v", r)
+			}
+			if p, err := n.ReadRoomPresence(context.Background(), room, "", 0); err != nil || p.Connections != 0 {
+				t.Fatalf("round %d: %s's presence at the leave's answer: %+v, %v", i, room, p, err)
+			}
+		}
+	}
+}

@@ -73,6 +73,9 @@ func (c *conn) joinFrame(ctx context.Context, cf *protocol.ClientFrame) {
 	if err == nil && cf.Since != nil {
 		c.replayRoom(room, *cf.Since)
 	}
+	if err == nil {
+		n.presenceFlush(ctx, c) // answered once the room's presence has the connection
+	}
 	c.reply(cf.ID, err, 0)
 }
 
@@ -81,10 +84,13 @@ func (c *conn) joinFrame(ctx context.Context, cf *protocol.ClientFrame) {
 func (c *conn) leaveFrame(ctx context.Context, cf *protocol.ClientFrame) {
 	if c.n.hub.connMember(c, cf.Room) {
 		c.n.leaveConnRoom(c, cf.Room)
+		c.n.presenceFlush(ctx, c)
 		c.reply(cf.ID, nil, 0)
 		return
 	}
-	c.reply(cf.ID, c.n.LeaveRoom(ctx, cf.Room, c.user), 0)
+	err := c.n.LeaveRoom(ctx, cf.Room, c.user)
+	c.n.presenceFlush(ctx, c) // answered once the room's presence no longer has it
+	c.reply(cf.ID, err, 0)
 }
 
 // publishFrame handles a client publish: to a room, as its namespace's
@@ -248,6 +254,7 @@ func (n *Node) joinConnRoom(ctx context.Context, c *conn, room string, since *in
 		// A Pusher channel is always in presence: its member lists, and
 		// the occupied channels of the Pusher HTTP API.
 		n.presenceEnter(c, room)
+		n.presenceFlush(ctx, c) // answered once the room's presence has the connection
 	}
 	return nil
 }
