@@ -490,6 +490,7 @@ type presFrames struct{ ws [2][]byte }
 // its view (see the top of the file), or keeps it for later.
 func (c *conn) presenceEventLocked(cp *connPres, ev presEvent) {
 	if !cp.ready {
+		ev.frames = nil // the shared frames belong to the fan-out under way
 		cp.buf = append(cp.buf, ev)
 		return
 	}
