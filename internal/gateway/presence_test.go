@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/upstream"
 )
 
 // roomsFile writes a rooms file and returns its path.
@@ -308,5 +310,25 @@ func TestRoomPresenceAtTheAnswer(t *testing.T) {
 				t.Fatalf("round %d: %s's presence at the leave's answer: %+v, %v", i, room, p, err)
 			}
 		}
+	}
+}
+
+// occupied when a room's presence goes from empty to one connection, and
+// vacated back, once each, whatever the number of connections between.
+func TestRoomOccupiedVacated(t *testing.T) {
+	sink := newRecordSink()
+	rf := roomsFile(t, "rooms:\n  - pattern: \"meet:*\"\n    presence: true\n")
+	n := startNodeWith(t, cluster.NewMemory(), func(c *config.Gateway) {
+		c.Events = []string{"occupied", "vacated"}
+		c.RoomsFile = rf
+	}, enable(t, sink))
+	a, b := n.member(t, "a"), n.member(t, "b")
+	joinRoom(t, a, "1", "meet:1")
+	joinRoom(t, b, "2", "meet:1")
+	frameReq(t, a, map[string]any{"type": "leave", "id": "3", "room": "meet:1"})
+	frameReq(t, b, map[string]any{"type": "leave", "id": "4", "room": "meet:1"})
+	recs := sink.wait(t, "occupied then vacated", func(r []upstream.Record) bool { return len(r) >= 2 })
+	if len(recs) != 2 || recs[0].Type != "occupied" || recs[1].Type != "vacated" || recs[0].Room != "meet:1" || recs[1].Room != "meet:1" {
+		t.Fatalf("records %+v, want occupied and vacated of meet:1", recs)
 	}
 }
