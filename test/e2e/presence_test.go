@@ -17,10 +17,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -350,4 +352,59 @@ func diffSets(got, want map[string]bool) string {
 	slices.Sort(extra)
 	slices.Sort(missing)
 	return fmt.Sprintf("extra %v, missing %v", extra, missing)
+}
+
+// SIGHUP reads the rooms file again: a namespace added to the file takes
+// effect without a restart (the connection stays), a file that does not
+// parse leaves the namespaces in use; a bad file at start stops the node
+// with one line and exit status 2.
+func TestRoomsFileReloadedOnSIGHUP(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Standalone(t, redistest.Options{})
+	rf := writeRoomsFile(t, "rooms:\n  - pattern: \"a:*\"\n    presence: true\n")
+	c := newCluster(t, srv.URL(), map[string]string{"WSGATE_ROOMS_FILE": rf})
+	g := c.startNode("hup1", nil)
+	m, err := openMember(t, g, "hup-user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(room string) int {
+		st, _, err := g.call("GET", "/api/v1/rooms/"+room+"/presence", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := status("b:1"); st != 404 {
+		t.Fatalf("presence of b:1 before the reload: %d, want 404 (no namespace)", st)
+	}
+	if err := os.WriteFile(rf, []byte("rooms:\n  - pattern: \"a:*\"\n    presence: true\n  - pattern: \"b:*\"\n    presence: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g.current().Signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "b:* has presence after SIGHUP", func() (bool, string) {
+		st := status("b:1")
+		return st == 200, fmt.Sprint("status ", st)
+	})
+	if err := os.WriteFile(rf, []byte("rooms:\n  - pattern: b\n    scope: tab\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g.current().Signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "the bad file logged", func() (bool, string) {
+		return strings.Contains(g.log(), "rooms file not reloaded"), "no log line yet"
+	})
+	if st := status("b:1"); st != 200 {
+		t.Fatalf("after a bad file: presence of b:1 answers %d, want the namespaces in use kept (200)", st)
+	}
+	if open, _ := m.state(); !open {
+		t.Fatal("the connection did not survive the reloads")
+	}
+	cmd := exec.Command(wsgateBin, "gateway")
+	cmd.Env = append(os.Environ(), "WSGATE_JWT_SECRET="+jwtSecret, "WSGATE_LISTEN=127.0.0.1:0", "WSGATE_ROOMS_FILE="+rf)
+	out, _ := cmd.CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 || len(lines) != 1 ||
+		!strings.Contains(lines[0], `WSGATE_ROOMS_FILE`) || !strings.Contains(lines[0], `scope must be user or connection, got "tab"`) {
+		t.Fatalf("a bad rooms file at start: %v, output %q; want exit 2 and one line", cmd.ProcessState, out)
+	}
 }
