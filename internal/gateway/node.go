@@ -84,6 +84,7 @@ type Node struct {
 	pusherPrefix uint32                  // the first half of this node's Pusher socket ids (pusher.go)
 	pusherRates  sync.Map                // *conn -> *auth.Bucket: Pusher client events sent (pusher_channels.go)
 	presRetry    []cluster.PresenceEntry // entries whose removal failed, retried at the next heartbeat
+	presBatch    presBatches             // room presence changes waiting to be told (presence.go)
 	metas        metaCache               // connMeta shared by connections with the same grants
 
 	behindRunning atomic.Bool     // catchUpBehind is running

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -91,7 +92,8 @@ type presEvent struct {
 	// member_added and member_removed, is built on).
 	userConns int64
 	info      json.RawMessage
-	frames    *presFrames // set by deliverPresence
+	frames    *presFrames // set by tellPresence
+	transient bool        // a joined whose left came in the same batch (markTransient)
 }
 
 // SetRooms replaces the namespaces (a reload of the rooms file). Every
@@ -467,9 +469,68 @@ func (n *Node) announcePresence(ev presEvent, ch cluster.PresenceChange) {
 	}
 }
 
-// deliverPresence gives a change to the member connections here; its
-// frame is encoded once per format (plain WebSocket connections share it).
+// presenceCoalesce is how long a room's changes wait on a node before they
+// are told to its members: a connection that joins and leaves within it
+// is told to no member that did not know of it already (coalesce), which
+// keeps churn (reconnect storms, a flapping client) from costing every
+// member two frames per blip. A member that knew of it (from the room's
+// presence it read when it entered) is still told left.
+const presenceCoalesce = 50 * time.Millisecond
+
+// presBatches are the changes waiting to be told, by room.
+type presBatches struct {
+	mu      sync.Mutex
+	byRoom  map[string][]presEvent
+	deliver sync.Mutex // one batch told at a time: batches keep their order
+}
+
+// deliverPresence queues a change for the member connections here; the
+// room's changes of the next presenceCoalesce are told together.
 func (n *Node) deliverPresence(ev presEvent) {
+	b := &n.presBatch
+	b.mu.Lock()
+	if b.byRoom == nil {
+		b.byRoom = map[string][]presEvent{}
+	}
+	first := len(b.byRoom[ev.room]) == 0
+	b.byRoom[ev.room] = append(b.byRoom[ev.room], ev)
+	b.mu.Unlock()
+	if first {
+		time.AfterFunc(presenceCoalesce, func() { n.flushPresence(ev.room) })
+	}
+}
+
+func (n *Node) flushPresence(room string) {
+	b := &n.presBatch
+	b.deliver.Lock()
+	defer b.deliver.Unlock()
+	b.mu.Lock()
+	evs := b.byRoom[room]
+	delete(b.byRoom, room)
+	b.mu.Unlock()
+	markTransient(evs)
+	for _, ev := range evs {
+		n.tellPresence(ev)
+	}
+}
+
+// markTransient marks each joined that its left follows in evs: a member
+// is not told it (nor, then, the left, unless it knew of the connection).
+func markTransient(evs []presEvent) {
+	joinedAt := map[string]int{}
+	for i, ev := range evs {
+		if ev.join {
+			joinedAt[ev.conn] = i
+		} else if j, ok := joinedAt[ev.conn]; ok {
+			evs[j].transient = true
+			delete(joinedAt, ev.conn)
+		}
+	}
+}
+
+// tellPresence gives a change to the member connections here; its frame
+// is encoded once per format (plain WebSocket connections share it).
+func (n *Node) tellPresence(ev presEvent) {
 	ev.frames = new(presFrames)
 	for _, c := range n.hub.roomConns(ev.room) {
 		c.mu.Lock()
@@ -494,7 +555,7 @@ func (c *conn) presenceEventLocked(cp *connPres, ev presEvent) {
 		cp.buf = append(cp.buf, ev)
 		return
 	}
-	if cp.view == nil || ev.conn == c.connID() {
+	if cp.view == nil || ev.conn == c.connID() || ev.join && ev.transient {
 		return
 	}
 	if c.tp == tpPusher {

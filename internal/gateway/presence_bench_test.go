@@ -91,8 +91,8 @@ func BenchmarkPresenceFanOut(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		id := "x" + strconv.Itoa(i)
-		n.deliverPresence(presEvent{room: "r:1", user: "x", conn: id, join: true, seq: int64(i + 1)})
-		n.deliverPresence(presEvent{room: "r:1", user: "x", conn: id, seq: int64(i + 1)})
+		n.tellPresence(presEvent{room: "r:1", user: "x", conn: id, join: true, seq: int64(i + 1)})
+		n.tellPresence(presEvent{room: "r:1", user: "x", conn: id, seq: int64(i + 1)})
 		for _, c := range n.hub.all() {
 			c.mu.Lock()
 			c.outq = c.outq[:0]

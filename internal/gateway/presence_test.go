@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -330,5 +331,47 @@ func TestRoomOccupiedVacated(t *testing.T) {
 	recs := sink.wait(t, "occupied then vacated", func(r []upstream.Record) bool { return len(r) >= 2 })
 	if len(recs) != 2 || recs[0].Type != "occupied" || recs[1].Type != "vacated" || recs[0].Room != "meet:1" || recs[1].Room != "meet:1" {
 		t.Fatalf("records %+v, want occupied and vacated of meet:1", recs)
+	}
+}
+
+// A batch's joined followed by its left is transient: a member that did
+// not know of the connection is told neither, one that did is told left.
+func TestPresenceCoalescing(t *testing.T) {
+	evs := []presEvent{
+		{conn: "a", join: true}, {conn: "b", join: true}, {conn: "a"}, {conn: "c"}, {conn: "b"}, {conn: "b", join: true},
+	}
+	markTransient(evs)
+	var got []string
+	for _, ev := range evs {
+		got = append(got, fmt.Sprintf("%s:%v:%v", ev.conn, ev.join, ev.transient))
+	}
+	want := "[a:true:true b:true:true a:false:false c:false:false b:false:false b:true:false]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("marked %v, want %v", got, want)
+	}
+	n := startNode(t, nil)
+	m := n.connect(t, "m", "")
+	var c *conn
+	for _, x := range n.hub.all() {
+		c = x
+	}
+	cp := &connPres{ready: true, view: map[string]string{"c": "carol"}}
+	c.mu.Lock()
+	for _, ev := range evs {
+		ev.room, ev.user = "r", "u-"+ev.conn
+		c.presenceEventLocked(cp, ev)
+	}
+	c.mu.Unlock()
+	var frames []string
+	m.send(map[string]any{"type": "ping", "id": "p"})
+	for {
+		f := m.next(5 * time.Second)
+		if f["type"] == "pong" {
+			break
+		}
+		frames = append(frames, fmt.Sprint(f["type"], ":", f["conn_id"]))
+	}
+	if fmt.Sprint(frames) != "[left:c joined:b]" || fmt.Sprint(cp.view) != "map[b:u-b]" {
+		t.Fatalf("told %v, view %v; want [left:c joined:b] and b in the view", frames, cp.view)
 	}
 }
