@@ -114,36 +114,57 @@ func (c *conn) presenceFrame(ctx context.Context, cf *protocol.ClientFrame) {
 	c.send(c.dataFrame(b))
 }
 
-// apiRooms answers GET /api/v1/rooms?prefix=P&cursor=C&limit=M: the rooms
-// with a presence, in name order, with their counts; cursor (absent at
-// the end) reads the next page.
+// RoomCount is a room with a presence, and its counts.
+type RoomCount struct {
+	Room        string `json:"room"`
+	Users       int64  `json:"users"`
+	Connections int64  `json:"connections"`
+}
+
+// RoomList is a page of ListRooms; Cursor (empty at the end) reads the
+// next.
+type RoomList struct {
+	Rooms  []RoomCount `json:"rooms"`
+	Cursor string      `json:"cursor,omitempty"`
+}
+
+// ListRooms lists the rooms with a presence whose name starts with
+// prefix, in name order, after cursor, at most limit (0: 100): the
+// operation behind the API and gRPC.
+func (n *Node) ListRooms(ctx context.Context, prefix, cursor string, limit int) (RoomList, error) {
+	if limit == 0 {
+		limit = 100
+	}
+	if limit < 0 || limit > 1000 {
+		return RoomList{}, badRequest("limit must be 1 to 1000, got %d", limit)
+	}
+	if n.pres == nil {
+		return RoomList{}, unavailable("room list", errors.New("the backend keeps no presence"))
+	}
+	list, err := n.pres.PresenceRooms(ctx, prefix, cursor, limit)
+	if err != nil {
+		return RoomList{}, unavailable("room list", err)
+	}
+	out := RoomList{Rooms: make([]RoomCount, 0, len(list))}
+	for _, x := range list {
+		out.Rooms = append(out.Rooms, RoomCount{x.Room, x.Users, x.Conns})
+	}
+	if len(list) == limit {
+		out.Cursor = list[len(list)-1].Room
+	}
+	return out, nil
+}
+
+// apiRooms answers GET /api/v1/rooms?prefix=P&cursor=C&limit=M.
 func (n *Node) apiRooms(w http.ResponseWriter, r *http.Request) error {
 	limit, err := queryInt(r, "limit", 100, 1, 1000)
 	if err != nil {
 		return err
 	}
 	q := r.URL.Query()
-	if n.pres == nil {
-		return unavailable("room list", errors.New("the backend keeps no presence"))
-	}
-	list, err := n.pres.PresenceRooms(r.Context(), q.Get("prefix"), q.Get("cursor"), int(limit))
+	out, err := n.ListRooms(r.Context(), q.Get("prefix"), q.Get("cursor"), int(limit))
 	if err != nil {
-		return unavailable("room list", err)
-	}
-	type room struct {
-		Room        string `json:"room"`
-		Users       int64  `json:"users"`
-		Connections int64  `json:"connections"`
-	}
-	out := struct {
-		Rooms  []room `json:"rooms"`
-		Cursor string `json:"cursor,omitempty"`
-	}{Rooms: make([]room, 0, len(list))}
-	for _, x := range list {
-		out.Rooms = append(out.Rooms, room{x.Room, x.Users, x.Conns})
-	}
-	if len(list) == int(limit) {
-		out.Cursor = list[len(list)-1].Room
+		return err
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -233,6 +233,39 @@ func (g grpcAPI) ListNodes(ctx context.Context, req *connect.Request[wsgatev1.Li
 	return connect.NewResponse(out), nil
 }
 
+func (g grpcAPI) ListRooms(ctx context.Context, req *connect.Request[wsgatev1.ListRoomsRequest]) (*connect.Response[wsgatev1.ListRoomsResponse], error) {
+	list, err := g.n.ListRooms(ctx, req.Msg.GetPrefix(), req.Msg.GetCursor(), int(req.Msg.GetLimit()))
+	if err != nil {
+		return nil, err
+	}
+	out := &wsgatev1.ListRoomsResponse{Cursor: list.Cursor, Rooms: make([]*wsgatev1.RoomCount, 0, len(list.Rooms))}
+	for _, r := range list.Rooms {
+		out.Rooms = append(out.Rooms, &wsgatev1.RoomCount{Room: r.Room, Users: r.Users, Connections: r.Connections})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (g grpcAPI) GetRoomPresence(ctx context.Context, req *connect.Request[wsgatev1.GetRoomPresenceRequest]) (*connect.Response[wsgatev1.GetRoomPresenceResponse], error) {
+	limit := int(req.Msg.GetLimit())
+	switch {
+	case req.Msg.GetCountsOnly():
+		limit = 0
+	case limit == 0:
+		limit = presenceReadDefault
+	case limit < 0 || limit > maxPresenceRead:
+		return nil, badRequest("limit must be 1 to %d, got %d", maxPresenceRead, limit)
+	}
+	p, err := g.n.ReadRoomPresence(ctx, req.Msg.GetRoom(), req.Msg.GetCursor(), limit)
+	if err != nil {
+		return nil, err
+	}
+	out := &wsgatev1.GetRoomPresenceResponse{Users: p.Users, Connections: p.Connections, Cursor: p.Cursor}
+	for _, c := range p.Clients {
+		out.Clients = append(out.Clients, &wsgatev1.PresenceClient{User: c.User, ConnId: c.ConnID, Node: c.Node, Device: c.Device, InfoJson: string(c.Info)})
+	}
+	return connect.NewResponse(out), nil
+}
+
 func (g grpcAPI) DrainNode(ctx context.Context, req *connect.Request[wsgatev1.DrainNodeRequest]) (*connect.Response[wsgatev1.DrainNodeResponse], error) {
 	id := req.Msg.GetNode()
 	if err := g.n.DrainNode(ctx, id); err != nil {

@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"connectrpc.com/connect"
+
 	"context"
 	"encoding/json"
 	"fmt"
+	wsgatev1 "github.com/wsgate/wsgate/proto/wsgate/v1"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -373,5 +376,30 @@ func TestPresenceCoalescing(t *testing.T) {
 	}
 	if fmt.Sprint(frames) != "[left:c joined:b]" || fmt.Sprint(cp.view) != "map[b:u-b]" {
 		t.Fatalf("told %v, view %v; want [left:c joined:b] and b in the view", frames, cp.view)
+	}
+}
+
+// The room list and a room's presence over gRPC, as over JSON.
+func TestRoomPresenceGRPC(t *testing.T) {
+	n := startNode(t, withRooms(meetRooms)(t))
+	m := n.member(t, "ann")
+	joinRoom(t, m, "1", "meet:1")
+	tr := newTransport(t, n, "grpc").(grpcTransport)
+	ctx, cancel := grpcCtx()
+	defer cancel()
+	rooms, err := tr.c.ListRooms(ctx, request("k", &wsgatev1.ListRoomsRequest{Prefix: "meet:"}, nil))
+	if err != nil || len(rooms.Msg.GetRooms()) != 1 || rooms.Msg.GetRooms()[0].GetRoom() != "meet:1" || rooms.Msg.GetRooms()[0].GetConnections() != 1 {
+		t.Fatalf("ListRooms: %v, %v", rooms, err)
+	}
+	p, err := tr.c.GetRoomPresence(ctx, request("k", &wsgatev1.GetRoomPresenceRequest{Room: "meet:1"}, nil))
+	if err != nil || p.Msg.GetUsers() != 1 || len(p.Msg.GetClients()) != 1 || p.Msg.GetClients()[0].GetUser() != "ann" {
+		t.Fatalf("GetRoomPresence: %v, %v", p, err)
+	}
+	p, err = tr.c.GetRoomPresence(ctx, request("k", &wsgatev1.GetRoomPresenceRequest{Room: "meet:1", CountsOnly: true}, nil))
+	if err != nil || p.Msg.GetConnections() != 1 || len(p.Msg.GetClients()) != 0 {
+		t.Fatalf("GetRoomPresence counts only: %v, %v", p, err)
+	}
+	if _, err := tr.c.GetRoomPresence(ctx, request("k", &wsgatev1.GetRoomPresenceRequest{Room: "plain"}, nil)); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("a room without presence: %v, want not found", err)
 	}
 }

@@ -1518,6 +1518,396 @@ func (x *DrainNodeResponse) GetStatus() string {
 	return ""
 }
 
+type ListRoomsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// The cursor of the previous answer; empty for the first page.
+	Cursor string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// At most this many rooms (1 to 1000; 0: 100).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoomsRequest) Reset() {
+	*x = ListRoomsRequest{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoomsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoomsRequest) ProtoMessage() {}
+
+func (x *ListRoomsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoomsRequest.ProtoReflect.Descriptor instead.
+func (*ListRoomsRequest) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListRoomsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListRoomsRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *ListRoomsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type RoomCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Room          string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	Users         int64                  `protobuf:"varint,2,opt,name=users,proto3" json:"users,omitempty"`
+	Connections   int64                  `protobuf:"varint,3,opt,name=connections,proto3" json:"connections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RoomCount) Reset() {
+	*x = RoomCount{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RoomCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RoomCount) ProtoMessage() {}
+
+func (x *RoomCount) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RoomCount.ProtoReflect.Descriptor instead.
+func (*RoomCount) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RoomCount) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *RoomCount) GetUsers() int64 {
+	if x != nil {
+		return x.Users
+	}
+	return 0
+}
+
+func (x *RoomCount) GetConnections() int64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+type ListRoomsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rooms []*RoomCount           `protobuf:"bytes,1,rep,name=rooms,proto3" json:"rooms,omitempty"`
+	// Reads the next page; empty at the end.
+	Cursor        string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoomsResponse) Reset() {
+	*x = ListRoomsResponse{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoomsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoomsResponse) ProtoMessage() {}
+
+func (x *ListRoomsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoomsResponse.ProtoReflect.Descriptor instead.
+func (*ListRoomsResponse) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListRoomsResponse) GetRooms() []*RoomCount {
+	if x != nil {
+		return x.Rooms
+	}
+	return nil
+}
+
+func (x *ListRoomsResponse) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+type GetRoomPresenceRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Room   string                 `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
+	Cursor string                 `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// At most this many clients (1 to 10000; 0: 1000).
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Only the counts, no clients.
+	CountsOnly    bool `protobuf:"varint,4,opt,name=counts_only,json=countsOnly,proto3" json:"counts_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRoomPresenceRequest) Reset() {
+	*x = GetRoomPresenceRequest{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRoomPresenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRoomPresenceRequest) ProtoMessage() {}
+
+func (x *GetRoomPresenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRoomPresenceRequest.ProtoReflect.Descriptor instead.
+func (*GetRoomPresenceRequest) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetRoomPresenceRequest) GetRoom() string {
+	if x != nil {
+		return x.Room
+	}
+	return ""
+}
+
+func (x *GetRoomPresenceRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *GetRoomPresenceRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GetRoomPresenceRequest) GetCountsOnly() bool {
+	if x != nil {
+		return x.CountsOnly
+	}
+	return false
+}
+
+type PresenceClient struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	User   string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	ConnId string                 `protobuf:"bytes,2,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	Node   string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Device string                 `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`
+	// The connection's info (its token's info claim, or the join proxy's) as JSON text.
+	InfoJson      string `protobuf:"bytes,5,opt,name=info_json,json=infoJson,proto3" json:"info_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PresenceClient) Reset() {
+	*x = PresenceClient{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PresenceClient) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PresenceClient) ProtoMessage() {}
+
+func (x *PresenceClient) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PresenceClient.ProtoReflect.Descriptor instead.
+func (*PresenceClient) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PresenceClient) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *PresenceClient) GetConnId() string {
+	if x != nil {
+		return x.ConnId
+	}
+	return ""
+}
+
+func (x *PresenceClient) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *PresenceClient) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *PresenceClient) GetInfoJson() string {
+	if x != nil {
+		return x.InfoJson
+	}
+	return ""
+}
+
+type GetRoomPresenceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         int64                  `protobuf:"varint,1,opt,name=users,proto3" json:"users,omitempty"`
+	Connections   int64                  `protobuf:"varint,2,opt,name=connections,proto3" json:"connections,omitempty"`
+	Clients       []*PresenceClient      `protobuf:"bytes,3,rep,name=clients,proto3" json:"clients,omitempty"`
+	Cursor        string                 `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRoomPresenceResponse) Reset() {
+	*x = GetRoomPresenceResponse{}
+	mi := &file_wsgate_v1_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRoomPresenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRoomPresenceResponse) ProtoMessage() {}
+
+func (x *GetRoomPresenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wsgate_v1_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRoomPresenceResponse.ProtoReflect.Descriptor instead.
+func (*GetRoomPresenceResponse) Descriptor() ([]byte, []int) {
+	return file_wsgate_v1_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetRoomPresenceResponse) GetUsers() int64 {
+	if x != nil {
+		return x.Users
+	}
+	return 0
+}
+
+func (x *GetRoomPresenceResponse) GetConnections() int64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *GetRoomPresenceResponse) GetClients() []*PresenceClient {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *GetRoomPresenceResponse) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
 var File_wsgate_v1_api_proto protoreflect.FileDescriptor
 
 const file_wsgate_v1_api_proto_rawDesc = "" +
@@ -1613,7 +2003,35 @@ const file_wsgate_v1_api_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\"?\n" +
 	"\x11DrainNodeResponse\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status2\xfa\x05\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"X\n" +
+	"\x10ListRoomsRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"W\n" +
+	"\tRoomCount\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x14\n" +
+	"\x05users\x18\x02 \x01(\x03R\x05users\x12 \n" +
+	"\vconnections\x18\x03 \x01(\x03R\vconnections\"W\n" +
+	"\x11ListRoomsResponse\x12*\n" +
+	"\x05rooms\x18\x01 \x03(\v2\x14.wsgate.v1.RoomCountR\x05rooms\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"{\n" +
+	"\x16GetRoomPresenceRequest\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1f\n" +
+	"\vcounts_only\x18\x04 \x01(\bR\n" +
+	"countsOnly\"\x86\x01\n" +
+	"\x0ePresenceClient\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x17\n" +
+	"\aconn_id\x18\x02 \x01(\tR\x06connId\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
+	"\x06device\x18\x04 \x01(\tR\x06device\x12\x1b\n" +
+	"\tinfo_json\x18\x05 \x01(\tR\binfoJson\"\x9e\x01\n" +
+	"\x17GetRoomPresenceResponse\x12\x14\n" +
+	"\x05users\x18\x01 \x01(\x03R\x05users\x12 \n" +
+	"\vconnections\x18\x02 \x01(\x03R\vconnections\x123\n" +
+	"\aclients\x18\x03 \x03(\v2\x19.wsgate.v1.PresenceClientR\aclients\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor2\x9c\a\n" +
 	"\n" +
 	"APIService\x12@\n" +
 	"\aPublish\x12\x19.wsgate.v1.PublishRequest\x1a\x1a.wsgate.v1.PublishResponse\x12O\n" +
@@ -1627,7 +2045,9 @@ const file_wsgate_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"Disconnect\x12\x1c.wsgate.v1.DisconnectRequest\x1a\x1d.wsgate.v1.DisconnectResponse\x12F\n" +
 	"\tListNodes\x12\x1b.wsgate.v1.ListNodesRequest\x1a\x1c.wsgate.v1.ListNodesResponse\x12F\n" +
-	"\tDrainNode\x12\x1b.wsgate.v1.DrainNodeRequest\x1a\x1c.wsgate.v1.DrainNodeResponseB3Z1github.com/wsgate/wsgate/proto/wsgate/v1;wsgatev1b\x06proto3"
+	"\tDrainNode\x12\x1b.wsgate.v1.DrainNodeRequest\x1a\x1c.wsgate.v1.DrainNodeResponse\x12F\n" +
+	"\tListRooms\x12\x1b.wsgate.v1.ListRoomsRequest\x1a\x1c.wsgate.v1.ListRoomsResponse\x12X\n" +
+	"\x0fGetRoomPresence\x12!.wsgate.v1.GetRoomPresenceRequest\x1a\".wsgate.v1.GetRoomPresenceResponseB3Z1github.com/wsgate/wsgate/proto/wsgate/v1;wsgatev1b\x06proto3"
 
 var (
 	file_wsgate_v1_api_proto_rawDescOnce sync.Once
@@ -1641,34 +2061,40 @@ func file_wsgate_v1_api_proto_rawDescGZIP() []byte {
 	return file_wsgate_v1_api_proto_rawDescData
 }
 
-var file_wsgate_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_wsgate_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_wsgate_v1_api_proto_goTypes = []any{
-	(*Target)(nil),               // 0: wsgate.v1.Target
-	(*PublishRequest)(nil),       // 1: wsgate.v1.PublishRequest
-	(*PublishResponse)(nil),      // 2: wsgate.v1.PublishResponse
-	(*PublishBatchRequest)(nil),  // 3: wsgate.v1.PublishBatchRequest
-	(*Error)(nil),                // 4: wsgate.v1.Error
-	(*PublishBatchResult)(nil),   // 5: wsgate.v1.PublishBatchResult
-	(*PublishBatchResponse)(nil), // 6: wsgate.v1.PublishBatchResponse
-	(*AddMemberRequest)(nil),     // 7: wsgate.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),    // 8: wsgate.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),  // 9: wsgate.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil), // 10: wsgate.v1.RemoveMemberResponse
-	(*ListMembersRequest)(nil),   // 11: wsgate.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),  // 12: wsgate.v1.ListMembersResponse
-	(*GetHistoryRequest)(nil),    // 13: wsgate.v1.GetHistoryRequest
-	(*HistoryMessage)(nil),       // 14: wsgate.v1.HistoryMessage
-	(*GetHistoryResponse)(nil),   // 15: wsgate.v1.GetHistoryResponse
-	(*GetPresenceRequest)(nil),   // 16: wsgate.v1.GetPresenceRequest
-	(*Connection)(nil),           // 17: wsgate.v1.Connection
-	(*GetPresenceResponse)(nil),  // 18: wsgate.v1.GetPresenceResponse
-	(*DisconnectRequest)(nil),    // 19: wsgate.v1.DisconnectRequest
-	(*DisconnectResponse)(nil),   // 20: wsgate.v1.DisconnectResponse
-	(*ListNodesRequest)(nil),     // 21: wsgate.v1.ListNodesRequest
-	(*Node)(nil),                 // 22: wsgate.v1.Node
-	(*ListNodesResponse)(nil),    // 23: wsgate.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),     // 24: wsgate.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),    // 25: wsgate.v1.DrainNodeResponse
+	(*Target)(nil),                  // 0: wsgate.v1.Target
+	(*PublishRequest)(nil),          // 1: wsgate.v1.PublishRequest
+	(*PublishResponse)(nil),         // 2: wsgate.v1.PublishResponse
+	(*PublishBatchRequest)(nil),     // 3: wsgate.v1.PublishBatchRequest
+	(*Error)(nil),                   // 4: wsgate.v1.Error
+	(*PublishBatchResult)(nil),      // 5: wsgate.v1.PublishBatchResult
+	(*PublishBatchResponse)(nil),    // 6: wsgate.v1.PublishBatchResponse
+	(*AddMemberRequest)(nil),        // 7: wsgate.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),       // 8: wsgate.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),     // 9: wsgate.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),    // 10: wsgate.v1.RemoveMemberResponse
+	(*ListMembersRequest)(nil),      // 11: wsgate.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),     // 12: wsgate.v1.ListMembersResponse
+	(*GetHistoryRequest)(nil),       // 13: wsgate.v1.GetHistoryRequest
+	(*HistoryMessage)(nil),          // 14: wsgate.v1.HistoryMessage
+	(*GetHistoryResponse)(nil),      // 15: wsgate.v1.GetHistoryResponse
+	(*GetPresenceRequest)(nil),      // 16: wsgate.v1.GetPresenceRequest
+	(*Connection)(nil),              // 17: wsgate.v1.Connection
+	(*GetPresenceResponse)(nil),     // 18: wsgate.v1.GetPresenceResponse
+	(*DisconnectRequest)(nil),       // 19: wsgate.v1.DisconnectRequest
+	(*DisconnectResponse)(nil),      // 20: wsgate.v1.DisconnectResponse
+	(*ListNodesRequest)(nil),        // 21: wsgate.v1.ListNodesRequest
+	(*Node)(nil),                    // 22: wsgate.v1.Node
+	(*ListNodesResponse)(nil),       // 23: wsgate.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),        // 24: wsgate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),       // 25: wsgate.v1.DrainNodeResponse
+	(*ListRoomsRequest)(nil),        // 26: wsgate.v1.ListRoomsRequest
+	(*RoomCount)(nil),               // 27: wsgate.v1.RoomCount
+	(*ListRoomsResponse)(nil),       // 28: wsgate.v1.ListRoomsResponse
+	(*GetRoomPresenceRequest)(nil),  // 29: wsgate.v1.GetRoomPresenceRequest
+	(*PresenceClient)(nil),          // 30: wsgate.v1.PresenceClient
+	(*GetRoomPresenceResponse)(nil), // 31: wsgate.v1.GetRoomPresenceResponse
 }
 var file_wsgate_v1_api_proto_depIdxs = []int32{
 	0,  // 0: wsgate.v1.PublishRequest.target:type_name -> wsgate.v1.Target
@@ -1679,31 +2105,37 @@ var file_wsgate_v1_api_proto_depIdxs = []int32{
 	14, // 5: wsgate.v1.GetHistoryResponse.messages:type_name -> wsgate.v1.HistoryMessage
 	17, // 6: wsgate.v1.GetPresenceResponse.connections:type_name -> wsgate.v1.Connection
 	22, // 7: wsgate.v1.ListNodesResponse.nodes:type_name -> wsgate.v1.Node
-	1,  // 8: wsgate.v1.APIService.Publish:input_type -> wsgate.v1.PublishRequest
-	3,  // 9: wsgate.v1.APIService.PublishBatch:input_type -> wsgate.v1.PublishBatchRequest
-	7,  // 10: wsgate.v1.APIService.AddMember:input_type -> wsgate.v1.AddMemberRequest
-	9,  // 11: wsgate.v1.APIService.RemoveMember:input_type -> wsgate.v1.RemoveMemberRequest
-	11, // 12: wsgate.v1.APIService.ListMembers:input_type -> wsgate.v1.ListMembersRequest
-	13, // 13: wsgate.v1.APIService.GetHistory:input_type -> wsgate.v1.GetHistoryRequest
-	16, // 14: wsgate.v1.APIService.GetPresence:input_type -> wsgate.v1.GetPresenceRequest
-	19, // 15: wsgate.v1.APIService.Disconnect:input_type -> wsgate.v1.DisconnectRequest
-	21, // 16: wsgate.v1.APIService.ListNodes:input_type -> wsgate.v1.ListNodesRequest
-	24, // 17: wsgate.v1.APIService.DrainNode:input_type -> wsgate.v1.DrainNodeRequest
-	2,  // 18: wsgate.v1.APIService.Publish:output_type -> wsgate.v1.PublishResponse
-	6,  // 19: wsgate.v1.APIService.PublishBatch:output_type -> wsgate.v1.PublishBatchResponse
-	8,  // 20: wsgate.v1.APIService.AddMember:output_type -> wsgate.v1.AddMemberResponse
-	10, // 21: wsgate.v1.APIService.RemoveMember:output_type -> wsgate.v1.RemoveMemberResponse
-	12, // 22: wsgate.v1.APIService.ListMembers:output_type -> wsgate.v1.ListMembersResponse
-	15, // 23: wsgate.v1.APIService.GetHistory:output_type -> wsgate.v1.GetHistoryResponse
-	18, // 24: wsgate.v1.APIService.GetPresence:output_type -> wsgate.v1.GetPresenceResponse
-	20, // 25: wsgate.v1.APIService.Disconnect:output_type -> wsgate.v1.DisconnectResponse
-	23, // 26: wsgate.v1.APIService.ListNodes:output_type -> wsgate.v1.ListNodesResponse
-	25, // 27: wsgate.v1.APIService.DrainNode:output_type -> wsgate.v1.DrainNodeResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	27, // 8: wsgate.v1.ListRoomsResponse.rooms:type_name -> wsgate.v1.RoomCount
+	30, // 9: wsgate.v1.GetRoomPresenceResponse.clients:type_name -> wsgate.v1.PresenceClient
+	1,  // 10: wsgate.v1.APIService.Publish:input_type -> wsgate.v1.PublishRequest
+	3,  // 11: wsgate.v1.APIService.PublishBatch:input_type -> wsgate.v1.PublishBatchRequest
+	7,  // 12: wsgate.v1.APIService.AddMember:input_type -> wsgate.v1.AddMemberRequest
+	9,  // 13: wsgate.v1.APIService.RemoveMember:input_type -> wsgate.v1.RemoveMemberRequest
+	11, // 14: wsgate.v1.APIService.ListMembers:input_type -> wsgate.v1.ListMembersRequest
+	13, // 15: wsgate.v1.APIService.GetHistory:input_type -> wsgate.v1.GetHistoryRequest
+	16, // 16: wsgate.v1.APIService.GetPresence:input_type -> wsgate.v1.GetPresenceRequest
+	19, // 17: wsgate.v1.APIService.Disconnect:input_type -> wsgate.v1.DisconnectRequest
+	21, // 18: wsgate.v1.APIService.ListNodes:input_type -> wsgate.v1.ListNodesRequest
+	24, // 19: wsgate.v1.APIService.DrainNode:input_type -> wsgate.v1.DrainNodeRequest
+	26, // 20: wsgate.v1.APIService.ListRooms:input_type -> wsgate.v1.ListRoomsRequest
+	29, // 21: wsgate.v1.APIService.GetRoomPresence:input_type -> wsgate.v1.GetRoomPresenceRequest
+	2,  // 22: wsgate.v1.APIService.Publish:output_type -> wsgate.v1.PublishResponse
+	6,  // 23: wsgate.v1.APIService.PublishBatch:output_type -> wsgate.v1.PublishBatchResponse
+	8,  // 24: wsgate.v1.APIService.AddMember:output_type -> wsgate.v1.AddMemberResponse
+	10, // 25: wsgate.v1.APIService.RemoveMember:output_type -> wsgate.v1.RemoveMemberResponse
+	12, // 26: wsgate.v1.APIService.ListMembers:output_type -> wsgate.v1.ListMembersResponse
+	15, // 27: wsgate.v1.APIService.GetHistory:output_type -> wsgate.v1.GetHistoryResponse
+	18, // 28: wsgate.v1.APIService.GetPresence:output_type -> wsgate.v1.GetPresenceResponse
+	20, // 29: wsgate.v1.APIService.Disconnect:output_type -> wsgate.v1.DisconnectResponse
+	23, // 30: wsgate.v1.APIService.ListNodes:output_type -> wsgate.v1.ListNodesResponse
+	25, // 31: wsgate.v1.APIService.DrainNode:output_type -> wsgate.v1.DrainNodeResponse
+	28, // 32: wsgate.v1.APIService.ListRooms:output_type -> wsgate.v1.ListRoomsResponse
+	31, // 33: wsgate.v1.APIService.GetRoomPresence:output_type -> wsgate.v1.GetRoomPresenceResponse
+	22, // [22:34] is the sub-list for method output_type
+	10, // [10:22] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_wsgate_v1_api_proto_init() }
@@ -1722,7 +2154,7 @@ func file_wsgate_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wsgate_v1_api_proto_rawDesc), len(file_wsgate_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

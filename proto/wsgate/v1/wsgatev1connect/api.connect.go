@@ -70,6 +70,11 @@ const (
 	APIServiceListNodesProcedure = "/wsgate.v1.APIService/ListNodes"
 	// APIServiceDrainNodeProcedure is the fully-qualified name of the APIService's DrainNode RPC.
 	APIServiceDrainNodeProcedure = "/wsgate.v1.APIService/DrainNode"
+	// APIServiceListRoomsProcedure is the fully-qualified name of the APIService's ListRooms RPC.
+	APIServiceListRoomsProcedure = "/wsgate.v1.APIService/ListRooms"
+	// APIServiceGetRoomPresenceProcedure is the fully-qualified name of the APIService's
+	// GetRoomPresence RPC.
+	APIServiceGetRoomPresenceProcedure = "/wsgate.v1.APIService/GetRoomPresence"
 )
 
 // APIServiceClient is a client for the wsgate.v1.APIService service.
@@ -95,6 +100,12 @@ type APIServiceClient interface {
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	// DrainNode starts the drain of a node (contract section 7).
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// ListRooms lists the rooms with a presence and their counts, by name
+	// prefix, in name order (GET /api/v1/rooms, contract section 19).
+	ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error)
+	// GetRoomPresence reads a room's presence (GET
+	// /api/v1/rooms/{room}/presence, contract section 19).
+	GetRoomPresence(context.Context, *connect.Request[v1.GetRoomPresenceRequest]) (*connect.Response[v1.GetRoomPresenceResponse], error)
 }
 
 // NewAPIServiceClient constructs a client for the wsgate.v1.APIService service. By default, it uses
@@ -168,21 +179,35 @@ func NewAPIServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(aPIServiceMethods.ByName("DrainNode")),
 			connect.WithClientOptions(opts...),
 		),
+		listRooms: connect.NewClient[v1.ListRoomsRequest, v1.ListRoomsResponse](
+			httpClient,
+			baseURL+APIServiceListRoomsProcedure,
+			connect.WithSchema(aPIServiceMethods.ByName("ListRooms")),
+			connect.WithClientOptions(opts...),
+		),
+		getRoomPresence: connect.NewClient[v1.GetRoomPresenceRequest, v1.GetRoomPresenceResponse](
+			httpClient,
+			baseURL+APIServiceGetRoomPresenceProcedure,
+			connect.WithSchema(aPIServiceMethods.ByName("GetRoomPresence")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // aPIServiceClient implements APIServiceClient.
 type aPIServiceClient struct {
-	publish      *connect.Client[v1.PublishRequest, v1.PublishResponse]
-	publishBatch *connect.Client[v1.PublishBatchRequest, v1.PublishBatchResponse]
-	addMember    *connect.Client[v1.AddMemberRequest, v1.AddMemberResponse]
-	removeMember *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
-	listMembers  *connect.Client[v1.ListMembersRequest, v1.ListMembersResponse]
-	getHistory   *connect.Client[v1.GetHistoryRequest, v1.GetHistoryResponse]
-	getPresence  *connect.Client[v1.GetPresenceRequest, v1.GetPresenceResponse]
-	disconnect   *connect.Client[v1.DisconnectRequest, v1.DisconnectResponse]
-	listNodes    *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
-	drainNode    *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
+	publish         *connect.Client[v1.PublishRequest, v1.PublishResponse]
+	publishBatch    *connect.Client[v1.PublishBatchRequest, v1.PublishBatchResponse]
+	addMember       *connect.Client[v1.AddMemberRequest, v1.AddMemberResponse]
+	removeMember    *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
+	listMembers     *connect.Client[v1.ListMembersRequest, v1.ListMembersResponse]
+	getHistory      *connect.Client[v1.GetHistoryRequest, v1.GetHistoryResponse]
+	getPresence     *connect.Client[v1.GetPresenceRequest, v1.GetPresenceResponse]
+	disconnect      *connect.Client[v1.DisconnectRequest, v1.DisconnectResponse]
+	listNodes       *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
+	drainNode       *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
+	listRooms       *connect.Client[v1.ListRoomsRequest, v1.ListRoomsResponse]
+	getRoomPresence *connect.Client[v1.GetRoomPresenceRequest, v1.GetRoomPresenceResponse]
 }
 
 // Publish calls wsgate.v1.APIService.Publish.
@@ -235,6 +260,16 @@ func (c *aPIServiceClient) DrainNode(ctx context.Context, req *connect.Request[v
 	return c.drainNode.CallUnary(ctx, req)
 }
 
+// ListRooms calls wsgate.v1.APIService.ListRooms.
+func (c *aPIServiceClient) ListRooms(ctx context.Context, req *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error) {
+	return c.listRooms.CallUnary(ctx, req)
+}
+
+// GetRoomPresence calls wsgate.v1.APIService.GetRoomPresence.
+func (c *aPIServiceClient) GetRoomPresence(ctx context.Context, req *connect.Request[v1.GetRoomPresenceRequest]) (*connect.Response[v1.GetRoomPresenceResponse], error) {
+	return c.getRoomPresence.CallUnary(ctx, req)
+}
+
 // APIServiceHandler is an implementation of the wsgate.v1.APIService service.
 type APIServiceHandler interface {
 	// Publish delivers one message to a user, a room or every connection.
@@ -258,6 +293,12 @@ type APIServiceHandler interface {
 	ListNodes(context.Context, *connect.Request[v1.ListNodesRequest]) (*connect.Response[v1.ListNodesResponse], error)
 	// DrainNode starts the drain of a node (contract section 7).
 	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// ListRooms lists the rooms with a presence and their counts, by name
+	// prefix, in name order (GET /api/v1/rooms, contract section 19).
+	ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error)
+	// GetRoomPresence reads a room's presence (GET
+	// /api/v1/rooms/{room}/presence, contract section 19).
+	GetRoomPresence(context.Context, *connect.Request[v1.GetRoomPresenceRequest]) (*connect.Response[v1.GetRoomPresenceResponse], error)
 }
 
 // NewAPIServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -327,6 +368,18 @@ func NewAPIServiceHandler(svc APIServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(aPIServiceMethods.ByName("DrainNode")),
 		connect.WithHandlerOptions(opts...),
 	)
+	aPIServiceListRoomsHandler := connect.NewUnaryHandler(
+		APIServiceListRoomsProcedure,
+		svc.ListRooms,
+		connect.WithSchema(aPIServiceMethods.ByName("ListRooms")),
+		connect.WithHandlerOptions(opts...),
+	)
+	aPIServiceGetRoomPresenceHandler := connect.NewUnaryHandler(
+		APIServiceGetRoomPresenceProcedure,
+		svc.GetRoomPresence,
+		connect.WithSchema(aPIServiceMethods.ByName("GetRoomPresence")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/wsgate.v1.APIService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case APIServicePublishProcedure:
@@ -349,6 +402,10 @@ func NewAPIServiceHandler(svc APIServiceHandler, opts ...connect.HandlerOption) 
 			aPIServiceListNodesHandler.ServeHTTP(w, r)
 		case APIServiceDrainNodeProcedure:
 			aPIServiceDrainNodeHandler.ServeHTTP(w, r)
+		case APIServiceListRoomsProcedure:
+			aPIServiceListRoomsHandler.ServeHTTP(w, r)
+		case APIServiceGetRoomPresenceProcedure:
+			aPIServiceGetRoomPresenceHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -396,4 +453,12 @@ func (UnimplementedAPIServiceHandler) ListNodes(context.Context, *connect.Reques
 
 func (UnimplementedAPIServiceHandler) DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("wsgate.v1.APIService.DrainNode is not implemented"))
+}
+
+func (UnimplementedAPIServiceHandler) ListRooms(context.Context, *connect.Request[v1.ListRoomsRequest]) (*connect.Response[v1.ListRoomsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("wsgate.v1.APIService.ListRooms is not implemented"))
+}
+
+func (UnimplementedAPIServiceHandler) GetRoomPresence(context.Context, *connect.Request[v1.GetRoomPresenceRequest]) (*connect.Response[v1.GetRoomPresenceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("wsgate.v1.APIService.GetRoomPresence is not implemented"))
 }
