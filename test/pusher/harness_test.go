@@ -248,11 +248,18 @@ func (c *cluster) control(t *testing.T) string {
 		res.Body.Close()
 		w.WriteHeader(res.StatusCode)
 	})
+	return serve(t, mux)
+}
+
+// serve runs an HTTP server with h on a loopback port until the test
+// ends, and returns its base URL.
+func serve(t *testing.T, h http.Handler) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: mux}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String()
