@@ -78,6 +78,7 @@ var ownDefaults = map[string]string{
 	"WSGATE_LOG_LEVEL":            "info",
 	"WSGATE_DEBUG_LISTEN":         "",
 	"WSGATE_TRUSTED_PROXIES":      "",
+	"WSGATE_PUSHER_WEBHOOK_URL":   "",
 }
 
 func TestGatewayDefaults(t *testing.T) {

@@ -330,8 +330,8 @@ func TestPusherClientEvents(t *testing.T) {
 	}
 }
 
-// startPusherPair starts two nodes on one Redis.
-func startPusherPair(t *testing.T, prefix string) (*testNode, *testNode) {
+// startPusherPair starts two nodes on one Redis, with extra settings.
+func startPusherPair(t *testing.T, prefix string, extra ...func(*config.Gateway)) (*testNode, *testNode) {
 	t.Helper()
 	srv := redistest.Standalone(t, redistest.Options{})
 	var nodes [2]*testNode
@@ -340,6 +340,9 @@ func startPusherPair(t *testing.T, prefix string) (*testNode, *testNode) {
 		nodes[i] = startNodeWith(t, b, func(c *config.Gateway) {
 			withPusher(c)
 			c.NodeID = "p" + strconv.Itoa(i)
+			for _, f := range extra {
+				f(c)
+			}
 		})
 	}
 	return nodes[0], nodes[1]

@@ -99,6 +99,7 @@ type cluster struct {
 	mu      sync.Mutex
 	pool    []*node
 	backend map[net.Conn]*node
+	hooks   *hookRecorder // WSGATE_PUSHER_WEBHOOK_URL of every node
 }
 
 func (c *cluster) settings(g *node) map[string]string {
@@ -118,6 +119,7 @@ func (c *cluster) settings(g *node) map[string]string {
 		"WSGATE_DRAIN_TIMEOUT":      "10s",
 		"WSGATE_DRAIN_RATE":         "200",
 		"WSGATE_LOG_LEVEL":          "info",
+		"WSGATE_PUSHER_WEBHOOK_URL": c.hooks.url,
 	}
 	for k, v := range c.extra {
 		s[k] = v
@@ -129,7 +131,7 @@ func (c *cluster) settings(g *node) map[string]string {
 // balancer's pool in that order.
 func startCluster(t *testing.T, n int, extra map[string]string) *cluster {
 	t.Helper()
-	c := &cluster{redis: redistest.Standalone(t, redistest.Options{}), extra: extra, backend: map[net.Conn]*node{}}
+	c := &cluster{redis: redistest.Standalone(t, redistest.Options{}), extra: extra, backend: map[net.Conn]*node{}, hooks: newHookRecorder(t)}
 	for i := range n {
 		g := &node{ID: fmt.Sprintf("n%d", i+1), Port: wsgatebin.FreePort(t), c: c}
 		if err := g.start(t); err != nil {
@@ -216,7 +218,8 @@ func (c *cluster) setPool(id string, in bool) {
 // POST /kill/{id} (out of the pool, then SIGKILL; answered once the
 // process ended), /start/{id} (started again, then first in the pool;
 // answered once ready), /drain/{id} (out of the pool, then the server
-// API's drain; answered at once with the API's status).
+// API's drain; answered at once with the API's status); GET
+// /webhooks?after=N lists the Pusher webhook requests the nodes made.
 func (c *cluster) control(t *testing.T) string {
 	t.Helper()
 	mux := http.NewServeMux()
@@ -248,7 +251,64 @@ func (c *cluster) control(t *testing.T) string {
 		res.Body.Close()
 		w.WriteHeader(res.StatusCode)
 	})
+	mux.HandleFunc("GET /webhooks", c.hooks.serveList)
 	return serve(t, mux)
+}
+
+// hookRecorder is the nodes' Pusher webhook endpoint: it answers 200 and
+// keeps each request (headers and body) for the Node tests, which check
+// them with the server library's webhook().
+type hookRecorder struct {
+	url  string
+	mu   sync.Mutex
+	reqs []hookRequest
+	more chan struct{} // closed and replaced at each request
+}
+
+type hookRequest struct {
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+}
+
+func newHookRecorder(t *testing.T) *hookRecorder {
+	h := &hookRecorder{more: make(chan struct{})}
+	h.url = serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		hr := hookRequest{Headers: map[string]string{}, Body: string(body)}
+		for k := range r.Header {
+			hr.Headers[strings.ToLower(k)] = r.Header.Get(k)
+		}
+		h.mu.Lock()
+		h.reqs = append(h.reqs, hr)
+		close(h.more)
+		h.more = make(chan struct{})
+		h.mu.Unlock()
+	})) + "/pusher/webhook"
+	return h
+}
+
+// serveList is GET /webhooks?after=N: the requests after the first N,
+// waiting up to 10 s for one when there is none yet.
+func (h *hookRecorder) serveList(w http.ResponseWriter, r *http.Request) {
+	after, _ := strconv.Atoi(r.URL.Query().Get("after"))
+	timeout := time.After(10 * time.Second)
+	for {
+		h.mu.Lock()
+		reqs, more := h.reqs, h.more
+		h.mu.Unlock()
+		if len(reqs) > after {
+			_ = json.NewEncoder(w).Encode(reqs[after:])
+			return
+		}
+		select {
+		case <-more:
+		case <-timeout:
+			_ = json.NewEncoder(w).Encode([]hookRequest{})
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 // serve runs an HTTP server with h on a loopback port until the test

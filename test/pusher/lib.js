@@ -27,6 +27,12 @@ export async function ctl(action, id) {
   if (!res.ok && res.status !== 202) throw new Error(`${action} ${id}: ${res.status} ${await res.text()}`);
 }
 
+/** The Pusher webhook requests ({headers, body}) the nodes made after the first `after`; waits up to 10 s for one. */
+export async function webhooks(after) {
+  const res = await fetch(`${control}/webhooks?after=${after}`);
+  return res.json();
+}
+
 /** The server library, publishing through node id's Pusher HTTP API. */
 export function server(id) {
   return new PusherServer({ appId: app.appId, key: app.key, secret: app.secret, host: '127.0.0.1', port: String(portOf(id)), useTLS: false });

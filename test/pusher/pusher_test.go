@@ -24,3 +24,10 @@ func TestPusherJSFailover(t *testing.T) {
 	c := startCluster(t, 2, nil)
 	runNode(t, c, 1, "failover.test.js")
 }
+
+// TestPusherJSWebhooks: webhooks.test.js, the nodes' Pusher-format
+// webhooks checked with the pusher library's webhook().
+func TestPusherJSWebhooks(t *testing.T) {
+	c := startCluster(t, 2, nil)
+	runNode(t, c, 1, "webhooks.test.js")
+}
