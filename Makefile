@@ -1,8 +1,9 @@
 # wsgate: build, test, fuzz, bench.
 #
 #   make test    installs what the tests need (redis-server, nats-server, Chromium,
-#                protoc, Node.js), then runs gofmt, vet, staticcheck, every test with the race
-#                detector, the JavaScript package's tests, and the contract suite
+#                protoc, Node.js, test/pusher's npm packages), then runs gofmt, vet,
+#                staticcheck, every test with the race detector, the JavaScript
+#                package's tests, and the contract suite
 #   make build   bin/wsgate
 #   make generate  the Go code of the protobuf API (proto/wsgate/v1)
 #   make fuzz    runs every fuzz target for FUZZTIME (default 30s)
@@ -13,7 +14,7 @@ GO       ?= go
 FUZZTIME ?= 30s
 SHARED   ?= ../shared
 
-.PHONY: all build generate test test-go test-js conformance deps vet fuzz bench clean
+.PHONY: all build generate test test-go test-js pusher-deps conformance deps vet fuzz bench clean
 
 all: build
 
@@ -53,9 +54,15 @@ test: deps
 # long CI log would otherwise cut.
 TESTLOG ?= $(or $(TMPDIR),/tmp)/wsgate-test-go.log
 
-test-go:
+# test/pusher's Go tests drive the real Pusher clients (pusher-js, Laravel
+# Echo, the pusher server library) from Node and Chromium: npm ci installs
+# the versions its package-lock.json pins.
+test-go: pusher-deps
 	@rc=0; set -o pipefail; $(GO) test -race -count=1 -timeout 20m ./... 2>&1 | tee $(TESTLOG) || rc=1; \
 	(cd deploy/helmtest && $(GO) test -count=1 ./...) || rc=1; exit $$rc
+
+pusher-deps:
+	cd test/pusher && npm ci --no-audit --no-fund --loglevel=error
 
 # The npm package @wsgate/client (web/client): its unit tests and an
 # integration test against bin/wsgate under Node's test runner, the package

@@ -57,6 +57,9 @@ type Gateway struct {
 	PusherAppID  string
 	PusherKey    string
 	PusherSecret string
+	// Where Pusher-format webhooks go (channel_occupied, channel_vacated,
+	// member_added, member_removed, client_event); empty = none.
+	PusherWebhookURL string
 
 	UpstreamURL    string // where send frames and events go (contract section 13); empty = none
 	UpstreamSecret string // HMAC-SHA256 key of webhook and rpc bodies
@@ -243,6 +246,8 @@ func registerGateway(s *Set, c *Gateway) {
 	s.String(&c.PusherAppID, "pusher-app-id", "", "the Pusher app id of the Pusher HTTP API (/apps/{app_id}/...); with pusher in the transports")
 	s.String(&c.PusherKey, "pusher-key", "", "the Pusher app key clients connect with (/app/{key}) and the HTTP API's auth_key")
 	s.String(&c.PusherSecret, "pusher-secret", "", "the Pusher app secret: signs channel auth strings and the HTTP API's requests").Secret()
+	s.String(&c.PusherWebhookURL, "pusher-webhook-url", "", "http(s):// endpoint getting Pusher-format webhooks (channel_occupied, channel_vacated, "+
+		"member_added, member_removed, client_event), signed with the Pusher key and secret; with pusher in the transports; empty = none").SecretURL()
 	s.String(&c.UpstreamURL, "upstream-url", "", "where client send frames and events go: redis://host:port/db?stream=NAME, "+
 		"nats://host:port?subject=S&stream=N, kafka://b1:9092,b2:9092/TOPIC or an http(s):// webhook; empty = send refused").
 		SecretURL()

@@ -65,6 +65,10 @@ var contractDefaults = map[string]string{
 	"WSGATE_UNDELIVERED_AFTER":     "0s",
 	"WSGATE_CONNECT_URL":           "",
 	"WSGATE_DOWNSTREAM_URL":        "", // v3, section 17
+	"WSGATE_PUSHER_APP_ID":         "", // v3, section 21
+	"WSGATE_PUSHER_KEY":            "",
+	"WSGATE_PUSHER_SECRET":         "",
+	"WSGATE_PUSHER_SECRET_FILE":    "",
 }
 
 var ownDefaults = map[string]string{
@@ -78,6 +82,7 @@ var ownDefaults = map[string]string{
 	"WSGATE_LOG_LEVEL":            "info",
 	"WSGATE_DEBUG_LISTEN":         "",
 	"WSGATE_TRUSTED_PROXIES":      "",
+	"WSGATE_PUSHER_WEBHOOK_URL":   "",
 }
 
 func TestGatewayDefaults(t *testing.T) {

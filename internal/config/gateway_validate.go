@@ -240,8 +240,16 @@ func (c *Gateway) checkPusher(v *checker) {
 	if !c.TransportOn("pusher") {
 		if c.PusherAppID != "" || c.PusherKey != "" || c.PusherSecret != "" {
 			v.failf("%s, %s and %s are set but %s has no pusher entry", EnvName("pusher-app-id"), EnvName("pusher-key"), EnvName("pusher-secret"), EnvName("transports"))
+		} else if c.PusherWebhookURL != "" {
+			v.failf("%s is set but %s has no pusher entry", EnvName("pusher-webhook-url"), EnvName("transports"))
 		}
 		return
+	}
+	if c.PusherWebhookURL != "" {
+		if u, err := url.Parse(c.PusherWebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.failf("%s must be an http:// or https:// URL with a host", EnvName("pusher-webhook-url"))
+			return
+		}
 	}
 	for _, s := range []struct{ name, val string }{{"pusher-app-id", c.PusherAppID}, {"pusher-key", c.PusherKey}, {"pusher-secret", c.PusherSecret}} {
 		if s.val == "" {

@@ -137,6 +137,18 @@ func TestGatewayValidate(t *testing.T) {
 			c.Transports = []string{"ws", "pusher"}
 			c.PusherAppID, c.PusherKey, c.PusherSecret = "1", "app-key", "0123456789abcdef0123"
 		}, ""},
+		{"pusher webhook ok", func(c *Gateway) {
+			c.Transports = []string{"ws", "pusher"}
+			c.PusherAppID, c.PusherKey, c.PusherSecret = "1", "app-key", "0123456789abcdef0123"
+			c.PusherWebhookURL = "https://app.internal/pusher/webhook"
+		}, ""},
+		{"pusher webhook not a URL", func(c *Gateway) {
+			c.Transports = []string{"ws", "pusher"}
+			c.PusherAppID, c.PusherKey, c.PusherSecret = "1", "app-key", "0123456789abcdef0123"
+			c.PusherWebhookURL = "app.internal/pusher/webhook"
+		}, "WSGATE_PUSHER_WEBHOOK_URL must be an http:// or https:// URL with a host"},
+		{"pusher webhook without pusher", func(c *Gateway) { c.PusherWebhookURL = "https://app.internal/hook" },
+			"WSGATE_PUSHER_WEBHOOK_URL is set but WSGATE_TRANSPORTS has no pusher entry"},
 		{"events ok", func(c *Gateway) { c.Events = []string{"connect", "offline", "undelivered"} }, ""},
 		{"event unknown", func(c *Gateway) { c.Events = []string{"connect", "presence"} },
 			`WSGATE_EVENTS entry "presence" is not an event (want connect, disconnect, online, offline, join, leave, ack, undelivered, occupied, vacated)`},

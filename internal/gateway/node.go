@@ -117,10 +117,13 @@ type Node struct {
 	posts      postTable      // posts forwarded to other nodes, waiting for the owner's answer
 	seen       postSeen       // answers to forwarded posts, for a request sent again
 
-	events   *events       // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
-	sink     upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
-	hc       *http.Client  // rpc calls and the webhook sink
-	rpcSlots chan struct{} // rpc calls in flight on this node
+	events *events // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
+
+	pusherHooks *pusherHooks  // Pusher-format webhooks (pusher_hooks.go); nil without WSGATE_PUSHER_WEBHOOK_URL
+	pusherSink  upstream.Sink // their sink
+	sink        upstream.Sink // WSGATE_UPSTREAM_URL; nil: send refused
+	hc          *http.Client  // rpc calls and the webhook sink
+	rpcSlots    chan struct{} // rpc calls in flight on this node
 
 	sources  []downstream.Source // WSGATE_DOWNSTREAM_URL (downstream.go)
 	dsCancel context.CancelFunc  // ends their consumption
@@ -252,6 +255,9 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		} else if err := n.EnableEvents(n.sink); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.PusherWebhookURL != "" && cfg.TransportOn("pusher") {
+		n.enablePusherHooks(upstream.NewPusherWebhook(cfg.PusherWebhookURL, cfg.PusherKey, cfg.PusherSecret, n.hc))
 	}
 	n.status.Store(cluster.StatusActive)
 	n.weight.Store(100)
@@ -448,6 +454,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	n.events.stop(ectx)
+	n.pusherHooks.stop(ectx)
 	cancel()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	n.retire(rctx)
@@ -460,6 +467,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.poller.Close()
 	if n.sink != nil {
 		_ = n.sink.Close()
+	}
+	if n.pusherSink != nil {
+		_ = n.pusherSink.Close()
 	}
 	n.hc.CloseIdleConnections()
 	return nil

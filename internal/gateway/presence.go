@@ -438,6 +438,7 @@ func (n *Node) retryPresence() {
 // business of a room becoming occupied or vacated.
 func (n *Node) announcePresence(ev presEvent, ch cluster.PresenceChange) {
 	ev.userConns = ch.UserConns
+	n.pusherHooks.presence(ev, ch)
 	if n.events != nil {
 		switch {
 		case ev.join && ch.Counts.Conns == 1:

@@ -185,7 +185,9 @@ func (c *conn) pusherClientEvent(ctx context.Context, cf *protocol.ClientFrame) 
 	}
 	if _, err := n.Publish(ctx, req); err != nil {
 		c.sendPusher(protocol.EncodePusherError(protocol.PusherErrClientEvent, "Client event rejected: "+err.Error(), ch))
+		return
 	}
+	n.pusherHooks.clientEvent(ch, cf.Type, data, c.user, req.From)
 }
 
 // pusherPresenceData is a presence channel's subscription_succeeded data:

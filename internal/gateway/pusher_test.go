@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/md5"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -46,10 +47,15 @@ type pusherClient struct {
 // frame.
 func (n *testNode) dialPusher(t testing.TB, path string) (*pusherClient, map[string]any) {
 	t.Helper()
-	d := ws.Dialer{Timeout: 5 * time.Second}
-	conn, br, _, err := d.Dial(context.Background(), "ws://"+n.addr+path)
+	return dialPusherWith(t, ws.Dialer{Timeout: 5 * time.Second}, "ws://"+n.addr+path)
+}
+
+// dialPusherWith connects to url (ws:// or wss://, path included) with d.
+func dialPusherWith(t testing.TB, d ws.Dialer, url string) (*pusherClient, map[string]any) {
+	t.Helper()
+	conn, br, _, err := d.Dial(context.Background(), url)
 	if err != nil {
-		t.Fatalf("dial %s: %v", path, err)
+		t.Fatalf("dial %s: %v", url, err)
 	}
 	c := &wsClient{t: t, conn: conn, r: conn, frames: make(chan map[string]any, 4096), closed: make(chan struct{})}
 	if br != nil {
@@ -63,7 +69,14 @@ func (n *testNode) dialPusher(t testing.TB, path string) (*pusherClient, map[str
 // pusher connects a Pusher client and reads its connection_established.
 func (n *testNode) pusher(t testing.TB) *pusherClient {
 	t.Helper()
-	p, first := n.dialPusher(t, "/app/"+pusherTestKey+"?protocol=7&client=js&version=8.4.0")
+	return pusherOn(t, ws.Dialer{Timeout: 5 * time.Second}, "ws://"+n.addr)
+}
+
+// pusherOn connects a Pusher client to base (ws://HOST or wss://HOST) with
+// dialer and reads its connection_established.
+func pusherOn(t testing.TB, dialer ws.Dialer, base string) *pusherClient {
+	t.Helper()
+	p, first := dialPusherWith(t, dialer, base+"/app/"+pusherTestKey+"?protocol=7&client=js&version=8.4.0")
 	if first["event"] != protocol.PusherConnectionEstablished {
 		t.Fatalf("first frame %v, want %s", first, protocol.PusherConnectionEstablished)
 	}
@@ -317,8 +330,8 @@ func TestPusherClientEvents(t *testing.T) {
 	}
 }
 
-// startPusherPair starts two nodes on one Redis.
-func startPusherPair(t *testing.T, prefix string) (*testNode, *testNode) {
+// startPusherPair starts two nodes on one Redis, with extra settings.
+func startPusherPair(t *testing.T, prefix string, extra ...func(*config.Gateway)) (*testNode, *testNode) {
 	t.Helper()
 	srv := redistest.Standalone(t, redistest.Options{})
 	var nodes [2]*testNode
@@ -327,6 +340,9 @@ func startPusherPair(t *testing.T, prefix string) (*testNode, *testNode) {
 		nodes[i] = startNodeWith(t, b, func(c *config.Gateway) {
 			withPusher(c)
 			c.NodeID = "p" + strconv.Itoa(i)
+			for _, f := range extra {
+				f(c)
+			}
 		})
 	}
 	return nodes[0], nodes[1]
@@ -450,3 +466,65 @@ func hmacHex(secret, s string) string {
 
 // pusherHTTP keeps no connection after a test (goleak).
 var pusherHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// GET /app/{key} through net/http (servePusher): a TLS 1.2 client, which
+// the event loop leaves to net/http, speaks the Pusher protocol there as
+// on the event loop: connection_established, a private subscription, a
+// publish as a Pusher event, ping and pong; a wrong key or protocol gets
+// its pusher:error and close code on this route too.
+func TestPusherNetHTTPRoute(t *testing.T) {
+	t.Parallel()
+	n := tlsNode(t, withPusher)
+	d := ws.Dialer{TLSConfig: &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12}, Timeout: 5 * time.Second}
+	for _, tc := range []struct {
+		path string
+		code float64
+	}{
+		{"/app/wrong-key?protocol=7", protocol.PusherErrAppUnknown},
+		{"/app/" + pusherTestKey + "?protocol=6", protocol.PusherErrProtocol},
+	} {
+		p, first := dialPusherWith(t, d, "wss://"+n.addr+tc.path)
+		if first["event"] != protocol.PusherError || pusherErrCode(t, first) != tc.code {
+			t.Fatalf("%s: first frame %v, want pusher:error %v", tc.path, first, tc.code)
+		}
+		if code := p.waitClosed(5 * time.Second); code != int(tc.code) {
+			t.Fatalf("%s: closed with %d, want %v", tc.path, code, tc.code)
+		}
+	}
+
+	p := pusherOn(t, d, "wss://"+n.addr)
+	if conns := n.hub.userConns(p.socketID); len(conns) != 1 || conns[0].tp != tpPusher || conns[0].tlsc == nil || conns[0].tr != nil {
+		t.Fatalf("the TLS 1.2 Pusher connection is not a Pusher connection on the goroutine path: %d conns", len(conns))
+	}
+	if f := p.subscribed("private-desk", ""); f["channel"] != "private-desk" {
+		t.Fatalf("subscription_succeeded %v", f)
+	}
+	pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "private-desk"}, Event: "note", Data: raw(`{"n":1}`)})
+	if f := p.event("note", "private-desk"); f["data"] != `{"n":1}` {
+		t.Fatalf("event on the net/http route %v, want data as the string {\"n\":1}", f)
+	}
+	p.send(map[string]any{"event": protocol.PusherPing, "data": map[string]any{}})
+	p.event(protocol.PusherPong, "")
+	if got := counterValue(t, n, "wsgate_connections", "pusher"); got != 1 {
+		t.Fatalf("pusher connections %v, want 1", got)
+	}
+}
+
+// A drain that has another node to send its clients to closes a Pusher
+// connection with 4200, which makes pusher-js reconnect at once, where a
+// wsgate client gets 4001 with its redirect (pusher-js would take a
+// 4000-4099 code as "do not reconnect").
+func TestPusherDrainCloseCode(t *testing.T) {
+	t.Parallel()
+	n, _ := startPusherPair(t, "pusher-drain-")
+	p := n.pusher(t)
+	p.subscribed("news", "")
+	w := n.connect(t, "wsgate-user", "")
+	go n.Drain("test")
+	if code := p.waitClosed(10 * time.Second); code != protocol.PusherErrReconnect {
+		t.Fatalf("a drained Pusher connection closed with %d, want %d", code, protocol.PusherErrReconnect)
+	}
+	if code := w.waitClosed(10 * time.Second); code != protocol.CloseDraining {
+		t.Fatalf("a drained wsgate connection closed with %d, want %d", code, protocol.CloseDraining)
+	}
+}

@@ -37,9 +37,14 @@ const (
 
 // Sign returns the X-Wsgate-Signature value of body: "sha256=<hex>".
 func Sign(secret string, body []byte) string {
+	return "sha256=" + hmacHex(secret, body)
+}
+
+// hmacHex is the hex HMAC-SHA256 of body with secret.
+func hmacHex(secret string, body []byte) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // SignV2 returns the X-Wsgate-Signature-V2 value: "sha256=<hex>" of the

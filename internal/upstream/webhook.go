@@ -56,12 +56,22 @@ func (s *webhookSink) Write(ctx context.Context, recs []Record) error {
 // postRetrying posts one batch until accepted; every attempt carries the
 // batch's one request id (a fresh timestamp each).
 func (s *webhookSink) postRetrying(ctx context.Context, body []byte) error {
+	id := NewRequestID()
+	return retryPost(ctx, func(ctx context.Context) (int, error) {
+		status, _, err := PostSigned(ctx, s.hc, s.url, s.secret, id, body)
+		return status, err
+	})
+}
+
+// retryPost makes a webhook request (post: its status) until it is
+// answered 2xx, with growing jittered backoff, for up to 60 s or until
+// ctx ends.
+func retryPost(ctx context.Context, post func(context.Context) (int, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, webhookRetryFor)
 	defer cancel()
 	backoff := webhookBackoffMin
-	id := NewRequestID()
 	for {
-		status, _, err := PostSigned(ctx, s.hc, s.url, s.secret, id, body)
+		status, err := post(ctx)
 		if err == nil && status >= 200 && status <= 299 {
 			return nil
 		}
