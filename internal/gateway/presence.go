@@ -578,7 +578,7 @@ func (c *conn) presenceEventLocked(cp *connPres, ev presEvent) {
 // plain WebSocket connections of the same format.
 func (c *conn) sharedPresenceFrameLocked(ev presEvent, typ string, info json.RawMessage) {
 	if ev.frames == nil || c.tp != tpWS || c.deflate {
-		c.presenceFrameLocked(typ, ev.room, ev.user, ev.conn, info)
+		c.presenceFrameLocked(typ, ev.room, ev.user, ev.conn, info, false)
 		return
 	}
 	i, op := 0, byte(wsframe.OpText)
@@ -617,7 +617,7 @@ func (c *conn) applySnapshotLocked(room string, cp *connPres, snap []cluster.Pre
 		}
 		slices.Sort(gone)
 		for _, id := range gone {
-			c.presenceFrameLocked(protocol.TypeLeft, room, cp.view[id], id, nil)
+			c.presenceFrameLocked(protocol.TypeLeft, room, cp.view[id], id, nil, true)
 			delete(cp.view, id)
 		}
 		slices.SortFunc(snap, func(a, b cluster.PresenceEntry) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -626,7 +626,7 @@ func (c *conn) applySnapshotLocked(room string, cp *connPres, snap []cluster.Pre
 				continue
 			}
 			cp.view[e.ConnID] = e.User
-			c.presenceFrameLocked(protocol.TypeJoined, room, e.User, e.ConnID, e.Info)
+			c.presenceFrameLocked(protocol.TypeJoined, room, e.User, e.ConnID, e.Info, true)
 		}
 	}
 	buf := cp.buf
@@ -637,12 +637,26 @@ func (c *conn) applySnapshotLocked(room string, cp *connPres, snap []cluster.Pre
 	}
 }
 
-func (c *conn) presenceFrameLocked(typ, room, user, connID string, info json.RawMessage) {
+// presenceFrameLocked queues a joined or left frame. The frames of a
+// snapshot (a connection entering a room, or reading it again after a bus
+// loss: one per connection present) are queued whatever the send queue
+// holds: a room larger than the queue must not make its new members slow
+// consumers; a member that does not read is closed by the next frame
+// under the usual bound.
+func (c *conn) presenceFrameLocked(typ, room, user, connID string, info json.RawMessage, snapshot bool) {
 	b, err := protocol.EncodePresenceEvent(c.format, &protocol.PresenceEvent{Type: typ, Room: room, User: user, ConnID: connID, Info: info})
 	if err != nil {
 		return
 	}
-	c.sendLocked(c.dataFrame(b))
+	if !snapshot {
+		c.sendLocked(c.dataFrame(b))
+		return
+	}
+	if c.state >= stClosing {
+		return
+	}
+	c.outq = append(c.outq, c.dataFrame(b))
+	c.kickLocked()
 }
 
 // sweepDeadPresence removes the entries of nodes whose heartbeat stopped

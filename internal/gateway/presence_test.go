@@ -403,3 +403,37 @@ func TestRoomPresenceGRPC(t *testing.T) {
 		t.Fatalf("a room without presence: %v, want not found", err)
 	}
 }
+
+// A connection entering a joined/left room larger than its send queue
+// gets a joined for each member without being taken for a slow consumer.
+func TestRoomSnapshotLargerThanTheSendQueue(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) {
+		c.SendQueue = 4
+		c.RoomsFile = roomsFile(t, meetRooms)
+	})
+	for i := range 20 {
+		if status, _ := apiCall(t, n, "PUT", fmt.Sprintf("/api/v1/rooms/meet:big/members/m%d", i), "k", ""); status != 204 {
+			t.Fatalf("member %d: %d", i, status)
+		}
+		n.connect(t, fmt.Sprintf("m%d", i), "")
+	}
+	eventually(t, 10*time.Second, "20 present", func() bool {
+		p, err := n.ReadRoomPresence(context.Background(), "meet:big", "", 0)
+		return err == nil && p.Connections == 20
+	})
+	c := n.member(t, "newcomer")
+	c.send(map[string]any{"type": "join", "id": "1", "room": "meet:big"})
+	seen, replied := map[any]bool{}, false
+	for len(seen) < 20 || !replied {
+		f := c.next(5 * time.Second)
+		switch f["type"] {
+		case "joined":
+			seen[f["conn_id"]] = true
+		case "reply":
+			if f["ok"] != true {
+				t.Fatalf("join: %v", f)
+			}
+			replied = true
+		}
+	}
+}

@@ -105,5 +105,5 @@ func (s *Server) Restart() {
 }
 
 // Pause stops the process (SIGSTOP): nothing answers; Resume continues it.
-func (s *Server) Pause()  { s.current().Signal(syscall.SIGSTOP) }
+func (s *Server) Pause()  { s.current().Pause() }
 func (s *Server) Resume() { s.current().Signal(syscall.SIGCONT) }

@@ -14,6 +14,7 @@ package proc
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -137,6 +138,26 @@ func (p *Proc) Exited() bool {
 
 // Signal sends sig to the process (nothing once it ended).
 func (p *Proc) Signal(sig os.Signal) { _ = p.cmd.Process.Signal(sig) }
+
+// Pause stops the process (SIGSTOP) and returns once the kernel shows it
+// stopped: a signal is delivered asynchronously, and on a loaded machine
+// the process may otherwise still answer a request sent right after.
+func (p *Proc) Pause() {
+	p.Signal(syscall.SIGSTOP)
+	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return // gone, or no /proc: nothing to wait for
+		}
+		// The state is the field after the command's closing parenthesis.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // Wait waits up to d for the process to end and reports whether it did.
 func (p *Proc) Wait(d time.Duration) bool {

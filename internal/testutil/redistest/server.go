@@ -177,7 +177,7 @@ func (s *Server) Kill() { s.current().Kill() }
 
 // Pause stops the process (SIGSTOP): connections stay open and nothing
 // answers, like a server that hangs. Resume continues it.
-func (s *Server) Pause()  { s.current().Signal(syscall.SIGSTOP) }
+func (s *Server) Pause()  { s.current().Pause() }
 func (s *Server) Resume() { s.current().Signal(syscall.SIGCONT) }
 
 // KillClients closes the server's client connections of one type
