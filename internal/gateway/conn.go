@@ -291,6 +291,14 @@ func (c *conn) sendLocked(frame []byte) bool {
 	if c.state >= stClosing {
 		return false
 	}
+	if len(c.outq) >= c.n.cfg.SendQueue+8 && !c.waitOut && c.state == stOpen {
+		// As in enqueueLocked: a socket that takes bytes is no slow
+		// client (a burst of presence frames on a busy node).
+		c.writeOutLocked()
+		if c.state >= stClosing {
+			return false
+		}
+	}
 	if len(c.outq) >= c.n.cfg.SendQueue+8 {
 		c.closeLocked(protocol.CloseSlowConsumer)
 		return false

@@ -415,7 +415,17 @@ func TestRoomSnapshotLargerThanTheSendQueue(t *testing.T) {
 		if status, _ := apiCall(t, n, "PUT", fmt.Sprintf("/api/v1/rooms/meet:big/members/m%d", i), "k", ""); status != 204 {
 			t.Fatalf("member %d: %d", i, status)
 		}
-		n.connect(t, fmt.Sprintf("m%d", i), "")
+	}
+	// The members come at once: a member is told of many others in one
+	// presence batch, more than its queue holds before the writer runs.
+	var members []*wsClient
+	for i := range 20 {
+		members = append(members, n.dial(t, "", http.Header{"Authorization": {"Bearer " + token(t, fmt.Sprintf("m%d", i), nil)}}, true))
+	}
+	for _, m := range members {
+		if w := m.next(5 * time.Second); w["type"] != "welcome" {
+			t.Fatalf("first frame %v", w)
+		}
 	}
 	eventually(t, 10*time.Second, "20 present", func() bool {
 		p, err := n.ReadRoomPresence(context.Background(), "meet:big", "", 0)
