@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/client"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
 )
 
@@ -144,6 +145,7 @@ func TestCampaign(t *testing.T) {
 
 	// Users and their clients.
 	devices := rand.New(rand.NewPCG(cp.seed, 5))
+	transports := rand.New(rand.NewPCG(cp.seed, 6))
 	for i := range 12 {
 		user := fmt.Sprintf("cp-%02d", i)
 		cp.users = append(cp.users, user)
@@ -151,7 +153,7 @@ func TestCampaign(t *testing.T) {
 			// The first connections go round robin over the nodes; the
 			// reconnects through the allocator of a live node.
 			opt := rawOptions{resume: setup.IntN(2) == 0, pick: allocatorOf(cp.liveNodes), ackEvery: 1 + setup.IntN(20),
-				first: cp.liveNodes()[len(cp.clients)%3].WS(), device: campaignDevice(devices)}
+				first: cp.liveNodes()[len(cp.clients)%3].WS(), device: campaignDevice(devices), transport: campaignTransport(transports)}
 			r := startRawClient(t, cp.rec, fmt.Sprintf("%s/%d", user, k), user, opt)
 			cp.clients = append(cp.clients, r)
 			if setup.IntN(4) == 0 {
@@ -160,7 +162,7 @@ func TestCampaign(t *testing.T) {
 		}
 	}
 	waitConnected(t, 30*time.Second, cp.clients)
-	t.Logf("%d clients of %d users on %d devices connected (%d may stop reading)", len(cp.clients), len(cp.users), countDevices(cp.clients), len(cp.slowOK))
+	t.Logf("%d clients of %d users on %d devices connected (%d may stop reading; by transport %v)", len(cp.clients), len(cp.users), countDevices(cp.clients), len(cp.slowOK), countTransports(cp.clients))
 	cp.joinRooms(rand.New(rand.NewPCG(cp.seed, 5)))
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -215,6 +217,22 @@ func TestCampaign(t *testing.T) {
 // seq (an acknowledgement of another device excuses nothing).
 func campaignDevice(rng *rand.Rand) string {
 	return []string{"", "phone", "laptop"}[rng.IntN(3)]
+}
+
+// campaignTransport draws the transport of a client, from a stream of
+// the seed of its own: half WebSocket, a quarter each SSE and HTTP
+// streaming (contract 18: the same session, its acks posted).
+func campaignTransport(rng *rand.Rand) client.Transport {
+	return []client.Transport{client.WebSocket, client.WebSocket, client.SSE, client.Stream}[rng.IntN(4)]
+}
+
+// countTransports counts the clients by transport.
+func countTransports(clients []*rawClient) map[client.Transport]int {
+	n := map[client.Transport]int{}
+	for _, r := range clients {
+		n[r.opt.transport]++
+	}
+	return n
 }
 
 // countDevices counts the distinct (user, device) pairs of the clients.

@@ -162,6 +162,10 @@ type rawOptions struct {
 	// device is sent as ?device= on every connection; empty: none (the
 	// default device).
 	device string
+	// transport carries every connection: empty or client.WebSocket, or
+	// client.SSE / client.Stream (contract 18: the client's frames, acks
+	// included, are posted to POST /v1/conn/{conn_id}).
+	transport client.Transport
 }
 
 // rawClient is one reconnecting client. Its reader goroutine records the
@@ -178,7 +182,7 @@ type rawClient struct {
 
 	mu       sync.Mutex
 	conns    []*connRec
-	cur      *client.Conn
+	cur      client.FrameConn
 	maxSeq   int64            // highest reliable seq received on any connection
 	maxRoom  map[string]int64 // per reliable room: highest seq received (or skipped by a room gap)
 	redirect string
@@ -254,11 +258,22 @@ func (r *rawClient) run() {
 			url, err = r.opt.pick()
 		}
 		if err == nil {
-			var conn *client.Conn
+			var conn client.FrameConn
 			var w *client.Welcome
 			dialAt := time.Now()
 			dctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-			conn, w, err = client.Dial(dctx, url, client.DialOptions{Token: r.tok, Since: since, RoomSince: roomSince, Device: r.opt.device, HandshakeTimeout: 5 * time.Second})
+			opts := client.DialOptions{Token: r.tok, Since: since, RoomSince: roomSince, Device: r.opt.device, HandshakeTimeout: 5 * time.Second}
+			if t := r.opt.transport; t != "" && t != client.WebSocket {
+				var sc *client.StreamConn
+				if sc, w, err = client.DialStream(dctx, url, t, opts); err == nil {
+					conn = sc
+				}
+			} else {
+				var wc *client.Conn
+				if wc, w, err = client.Dial(dctx, url, opts); err == nil {
+					conn = wc
+				}
+			}
 			cancel()
 			if err == nil {
 				backoff = 50 * time.Millisecond
@@ -276,7 +291,7 @@ func (r *rawClient) run() {
 }
 
 // serve reads one connection until it ends.
-func (r *rawClient) serve(conn *client.Conn, w *client.Welcome, since *int64, roomSince map[string]int64, dialAt time.Time) {
+func (r *rawClient) serve(conn client.FrameConn, w *client.Welcome, since *int64, roomSince map[string]int64, dialAt time.Time) {
 	c := &connRec{client: r.name, user: r.user, node: w.Node, connID: w.ConnID, device: w.Device, since: since, inboxSeq: w.InboxSeq, roomSince: roomSince, rooms: w.Rooms, dialAt: dialAt, welcomeAt: time.Now()}
 	r.mu.Lock()
 	// A room seq in the welcome below the position: the room's history
