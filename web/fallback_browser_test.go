@@ -221,3 +221,49 @@ func TestBrowserFallsBackToSSE(t *testing.T) {
 		t.Fatalf("reliable messages received %q, want the user's %q and the room's %q, in order, once each", got, wantUsers, wantRooms)
 	}
 }
+
+// The demo chat behind a proxy that refuses WebSocket upgrades: sign-in,
+// who is online, room chat both ways and a direct message, all over SSE
+// with the frames posted (the demo's code does nothing of its own for it:
+// wsgate.js falls back).
+func TestDemoChatWithoutWebSocket(t *testing.T) {
+	browser := newBrowser(t)
+	proxy := newBlockingProxy(t, "")
+	dev := startDev(t,
+		"WSGATE_ALLOWED_ORIGINS="+proxy.base,
+		// The allocator hands out the proxy's address, as it would in
+		// front of a real cluster.
+		"WSGATE_ADVERTISE_URL=ws://"+proxy.ln.Addr().String()+"/ws")
+	proxy.route(dev)
+
+	alice := newPage(t, browser, "alice behind a proxy")
+	alice.navigate(proxy.base + "/demo")
+	signIn(alice, proxy.base, "alice")
+	bob := newPage(t, browser, "bob behind a proxy")
+	bob.navigate(proxy.base + "/demo")
+	signIn(bob, proxy.base, "bob")
+	if proxy.upgrades.Load() < 2 {
+		t.Fatalf("%d upgrades refused, want the two pages to have tried WebSocket first", proxy.upgrades.Load())
+	}
+	if got := metric(t, dev, `wsgate_connections{transport="sse"}`); got != 2 {
+		t.Fatalf("wsgate_connections{transport=\"sse\"} = %v, want 2 (the two pages)", got)
+	}
+	online := func(p *page, want string) {
+		p.waitFor(10*time.Second, "online: "+want, fmt.Sprintf(`[...document.querySelectorAll('#online [data-user]')].map(e => e.dataset.user).join(',') === '%s'`, want))
+	}
+	online(alice, "alice,bob")
+	online(bob, "bob,alice")
+	say(alice, "Hi Bob, no WebSocket here.")
+	waitText(bob, 10*time.Second, "Hi Bob, no WebSocket here.")
+	say(bob, "Server-Sent Events then.")
+	waitText(alice, 10*time.Second, "Server-Sent Events then.")
+	bob.fill("#dm-user", "alice")
+	bob.click("#dm-form button")
+	bob.waitFor(5*time.Second, "the DM with alice open", `document.getElementById('conv-title').textContent === '@alice'`)
+	say(bob, "A direct one over POST.")
+	openConv(alice, "dm:bob")
+	waitText(alice, 10*time.Second, "A direct one over POST.")
+	if got := metric(t, dev, `wsgate_connections{transport="ws"}`); got != 0 {
+		t.Fatalf("wsgate_connections{transport=\"ws\"} = %v, want 0", got)
+	}
+}
