@@ -104,7 +104,7 @@ func (n *Node) fanOut(conns []*conn, d *delivery) {
 		c.fb = nil
 		c.mu.Unlock()
 		if wait {
-			go c.waitNotify(d)
+			c.n.goFunc(func() { c.waitNotify(d) })
 		}
 	}
 	if len(b.conns) == 0 {
@@ -131,7 +131,7 @@ func (c *conn) deliver(d *delivery) {
 	wait := c.deliverLocked(d)
 	c.mu.Unlock()
 	if wait {
-		go c.waitNotify(d)
+		c.n.goFunc(func() { c.waitNotify(d) })
 	}
 }
 
@@ -263,7 +263,7 @@ func (dr *connDriver) QueueGap(s *stream, from, to int64) {
 func (dr *connDriver) QueuePlain(d *delivery) {
 	c := (*conn)(dr)
 	if c.queueLiveLocked(d) {
-		go c.waitNotify(d)
+		c.n.goFunc(func() { c.waitNotify(d) })
 	}
 }
 
@@ -315,13 +315,15 @@ func (c *conn) roomLocked() bool {
 	return len(c.outq) < c.n.cfg.SendQueue
 }
 
-// waitNotify retries a notify message for up to 100 ms (contract §4.5).
-// The full queue was counted once, when the message first met it.
+// waitNotify retries a notify message for up to 100 ms (contract §4.5),
+// woken as the catch-ups are: whenever the queue falls below its bound,
+// and when the connection closes. The full queue was counted once, when
+// the message first met it.
 func (c *conn) waitNotify(d *delivery) {
 	fr := d.frameFor(c)
-	deadline := time.Now().Add(100 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	limit := time.NewTimer(c.n.notifyWait)
+	defer limit.Stop()
+	for {
 		c.mu.Lock()
 		ok := c.state == stOpen && c.roomLocked()
 		if ok {
@@ -331,12 +333,23 @@ func (c *conn) waitNotify(d *delivery) {
 			c.kickLocked()
 		}
 		closed := c.state >= stClosing
+		var wake chan struct{}
+		if !ok && !closed {
+			wake = c.roomWaitLocked()
+		}
 		c.mu.Unlock()
 		if ok || closed {
 			return
 		}
+		select {
+		case <-wake:
+		case <-c.n.ctx.Done():
+			return
+		case <-limit.C:
+			c.n.metrics.Dropped.WithLabelValues(metrics.DropNotifyWait).Inc()
+			return
+		}
 	}
-	c.n.metrics.Dropped.WithLabelValues(metrics.DropNotifyWait).Inc()
 }
 
 // Catch-up bounds. A stream stays in catch-up mode at most catchUpMax
@@ -373,11 +386,7 @@ func (c *conn) catchUp(s *stream) {
 			c.mu.Unlock()
 			return
 		case session.Wait:
-			ch := c.extra().room
-			if ch == nil {
-				ch = make(chan struct{})
-				c.x.room = ch
-			}
+			ch := c.roomWaitLocked()
 			c.mu.Unlock()
 			select {
 			case <-ch:
@@ -468,6 +477,16 @@ func (c *conn) resync(s *stream) {
 	if run {
 		c.catchUp(s)
 	}
+}
+
+// roomWaitLocked is the channel closed when the queue next falls below its
+// bound or the connection closes (wakeCatchUpLocked).
+func (c *conn) roomWaitLocked() chan struct{} {
+	x := c.extra()
+	if x.room == nil {
+		x.room = make(chan struct{})
+	}
+	return x.room
 }
 
 // wakeCatchUpLocked lets the catch-ups waiting for room go on: called

@@ -499,3 +499,38 @@ func TestNotifyWaitCountsTheFullQueueOnce(t *testing.T) {
 		t.Fatalf("send_queue_full %v for %v notify drops of %d messages: want one count per message that met a full queue", full, dropped, total)
 	}
 }
+
+// A notify message waiting for room is queued as soon as the queue has
+// room again: the wait is woken by the drain, not by a timer. The wait is
+// made an hour long, so only the wake-up can deliver what waits.
+func TestNotifyWaitWokenByTheDrain(t *testing.T) {
+	n := startNodeWith(t, cluster.NewMemory(), func(c *config.Gateway) { c.SendQueue = 4 }, func(n *Node) { n.notifyWait = time.Hour })
+	c := dialRaw(t, n.addr, "waiter", "") // does not read until the queue is full
+	eventually(t, 5*time.Second, "connected", func() bool { return n.hub.count() == 1 })
+	payload := raw(`"` + strings.Repeat("x", 60000) + `"`)
+	total := 0
+	for counterValue(t, n, "wsgate_send_queue_full_total", "") < 3 {
+		if total == 1000 {
+			t.Fatal("1000 notify messages of 60 kB and the queue never filled")
+		}
+		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "waiter"}, Data: payload, Class: "notify"})
+		total++
+	}
+	got := 0
+	for got < total {
+		_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		h, err := ws.ReadHeader(c.r)
+		if err != nil {
+			t.Fatalf("%d of %d notify messages arrived, then: %v (%v dropped)", got, total, err, counterValue(t, n, "wsgate_messages_dropped_total", "notify_timeout"))
+		}
+		if _, err := io.CopyN(io.Discard, c.r, h.Length); err != nil {
+			t.Fatal(err)
+		}
+		if h.OpCode == ws.OpText && h.Length > 60000 {
+			got++
+		}
+	}
+	if d := counterValue(t, n, "wsgate_messages_dropped_total", "notify_timeout"); d != 0 {
+		t.Fatalf("%v notify messages dropped", d)
+	}
+}

@@ -100,6 +100,7 @@ type Node struct {
 	membersAgain   atomic.Bool  // a loss notice came: re-read the local users' rooms (roomconverge.go)
 	lb             *liveBackend // the backend as n.backend, with what only it does
 	catchUpEvery   atomic.Int64 // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
+	notifyWait     time.Duration // how long a notify message waits for room (contract §4.5: 100 ms; tests lengthen it)
 
 	startedAt time.Time
 	status    atomic.Value // cluster.NodeStatus
@@ -190,6 +191,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	n.rooms.Store(cfg.Rooms)
 	n.pres, _ = backend.(cluster.Presence)
 	n.catchUpEvery.Store(catchUpPeriod)
+	n.notifyWait = 100 * time.Millisecond
 	n.lb = &liveBackend{Backend: backend, n: n}
 	n.backend = n.lb // routes of dead nodes left out
 	if pc, ok := backend.(interface{ PoolConns() int }); ok {
