@@ -97,9 +97,9 @@ type Node struct {
 	loseBus func(seq int64) bool // tests only: true loses the bus message of that seq
 	// tests only: true loses the bus message of that membership change
 	loseMembership func(user, room string) bool
-	membersAgain   atomic.Bool  // a loss notice came: re-read the local users' rooms (roomconverge.go)
-	lb             *liveBackend // the backend as n.backend, with what only it does
-	catchUpEvery   atomic.Int64 // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
+	membersAgain   atomic.Bool   // a loss notice came: re-read the local users' rooms (roomconverge.go)
+	lb             *liveBackend  // the backend as n.backend, with what only it does
+	catchUpEvery   atomic.Int64  // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
 	notifyWait     time.Duration // how long a notify message waits for room (contract §4.5: 100 ms; tests lengthen it)
 
 	startedAt time.Time
