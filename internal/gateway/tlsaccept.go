@@ -186,6 +186,7 @@ func (n *Node) tlsHandshake(s *hsSock) {
 	if st.Version != tls.VersionTLS13 || st.NegotiatedProtocol == "h2" || !n.cfg.TLSOwnRecordsOn() {
 		n.metrics.TLSHandshakes.WithLabelValues("goroutine").Inc()
 		if s.toRuntime() {
+			s.releaseIP() // before net/http can answer: the handshake is over
 			s.a.handOff(tc)
 		}
 		return
@@ -194,6 +195,7 @@ func (n *Node) tlsHandshake(s *hsSock) {
 	req, end, f := readRequest(tc)
 	if f != nil {
 		n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
+		s.releaseIP()
 		_, _ = tc.Write(f.response())
 		s.Close()
 		return
@@ -210,6 +212,7 @@ func (n *Node) tlsHandshake(s *hsSock) {
 		// is used twice.
 		n.metrics.TLSHandshakes.WithLabelValues("goroutine").Inc()
 		if s.toRuntime() {
+			s.releaseIP()
 			s.a.handOff(&tlsPrefixConn{prefixConn: prefixConn{Conn: tc, pre: req}, tc: tc})
 		}
 		return
