@@ -203,8 +203,13 @@ type InboxOptions struct {
 	TTL   time.Duration // lifetime of each message
 }
 
-// Backend is everything a gateway node needs from the cluster.
-type Backend interface {
+// The backend's roles (the groups of the shared suite, clustertest): a
+// part of the node that needs one role takes that interface, and a test
+// double implements only what its test touches.
+
+// NodeRegistry holds the node records (heartbeats, liveness, the
+// allocator's and the autoscaler's view).
+type NodeRegistry interface {
 	// RegisterNode creates or overwrites the node's record; Heartbeat does
 	// the same and reports whether the record had vanished since the last
 	// call (the backend lost its data): the caller then re-registers its
@@ -216,7 +221,10 @@ type Backend interface {
 	// after a node whose heartbeat stopped).
 	RemoveNode(ctx context.Context, id string) error
 	Nodes(ctx context.Context) ([]NodeInfo, error)
+}
 
+// Routes says where each user's connections are.
+type Routes interface {
 	// Connect is what a new connection needs in one step: it registers the
 	// route (as AddRoutes), then reads the user's rooms and inbox after
 	// since (as UserRooms and ReadInbox). It also marks the route's device
@@ -250,7 +258,10 @@ type Backend interface {
 	// UsersRoutes is UserRoutes for many users in one step (one pipeline
 	// on Redis): out[i] are the routes of users[i].
 	UsersRoutes(ctx context.Context, users []string) ([][]Route, error)
+}
 
+// Rooms holds membership by user and which nodes hold a room's members.
+type Rooms interface {
 	// Room membership, by user. RoomNodes lists the nodes that declared
 	// interest in a room (they hold a member's connection).
 	//
@@ -276,7 +287,10 @@ type Backend interface {
 	SetRoomInterest(ctx context.Context, node string, rooms []string, ttl time.Duration) error
 	DropRoomInterest(ctx context.Context, node string, rooms []string) error
 	RoomNodes(ctx context.Context, room string) ([]string, error)
+}
 
+// Inbox holds each user's reliable messages, seqs and acknowledgements.
+type Inbox interface {
 	// AppendInbox assigns the user's next seq and stores the message in one
 	// atomic step, trims the inbox to opt, and returns the seq with the
 	// user's routes. ReadInbox returns what is kept after since.
@@ -301,7 +315,10 @@ type Backend interface {
 	// LastSeqs is LastSeq for many users in one step (pipelined on
 	// Redis): out[i] is the last seq of users[i].
 	LastSeqs(ctx context.Context, users []string) ([]int64, error)
+}
 
+// History holds the reliable rooms' messages and seqs.
+type History interface {
 	// Reliable rooms. AppendRooms gives each message its room's next seq,
 	// stores it in the room's history, trims the history to opt (Limit
 	// messages, each kept TTL) and reads the room's interested nodes, all
@@ -321,7 +338,10 @@ type Backend interface {
 	// fields stay 0 (a page read backwards names no gap).
 	ReadRoomBefore(ctx context.Context, room string, before int64, most int, opt InboxOptions) (InboxRead, error)
 	RoomSeqs(ctx context.Context, rooms []string) ([]int64, error)
+}
 
+// Bus carries messages between nodes.
+type Bus interface {
 	// Bus: Send delivers payload to the named nodes' subscriptions (never
 	// to others); Broadcast to every node. Subscribe starts delivering this
 	// node's messages to handle until ctx ends; handle must not block.
@@ -336,7 +356,10 @@ type Backend interface {
 	SendEach(ctx context.Context, msgs []BusMessage) error
 	Broadcast(ctx context.Context, payload []byte) error
 	Subscribe(ctx context.Context, node string, handle func(payload []byte)) error
+}
 
+// Keys holds the publishers' idempotency keys.
+type Keys interface {
 	// Publisher idempotency. ClaimKey reserves key for ttl on behalf of a
 	// request whose body has fingerprint fp and whose message would get
 	// id. The first caller gets Claimed with ID = id; a caller with another
@@ -352,6 +375,18 @@ type Backend interface {
 	ClaimKey(ctx context.Context, key, fp, id string, ttl time.Duration) (KeyClaim, error)
 	StoreKey(ctx context.Context, key string, answer []byte, ttl time.Duration) error
 	ReleaseKey(ctx context.Context, key string) error
+}
+
+// Backend is everything a gateway node needs from the cluster: every
+// role, and the backend's own life.
+type Backend interface {
+	NodeRegistry
+	Routes
+	Rooms
+	Inbox
+	History
+	Bus
+	Keys
 
 	// Ping checks that the backend answers.
 	Ping(ctx context.Context) error

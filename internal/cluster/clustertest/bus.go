@@ -35,7 +35,7 @@ func RunBus(t *testing.T, newBackend func(t *testing.T) cluster.Backend) {
 	}
 }
 
-func subscribe(t *testing.T, b cluster.Backend, node string) *recorder {
+func subscribe(t *testing.T, b cluster.Bus, node string) *recorder {
 	t.Helper()
 	r := &recorder{}
 	must(t, b.Subscribe(ctxFor(t), node, r.handle))

@@ -23,7 +23,7 @@ var historyTests = []subtest{
 	{"SeparateFromInbox", testHistorySeparate},
 }
 
-func appendRoom(t *testing.T, b cluster.Backend, room string, n int, opt cluster.InboxOptions) {
+func appendRoom(t *testing.T, b cluster.History, room string, n int, opt cluster.InboxOptions) {
 	t.Helper()
 	msgs := make([]cluster.RoomAppend, n)
 	seqs, err := b.RoomSeqs(ctxFor(t), []string{room})
@@ -39,7 +39,7 @@ func appendRoom(t *testing.T, b cluster.Backend, room string, n int, opt cluster
 	}
 }
 
-func readRoom(t *testing.T, b cluster.Backend, room string, since int64, most int, opt cluster.InboxOptions) cluster.InboxRead {
+func readRoom(t *testing.T, b cluster.History, room string, since int64, most int, opt cluster.InboxOptions) cluster.InboxRead {
 	t.Helper()
 	r, err := b.ReadRoom(ctxFor(t), room, since, most, opt)
 	must(t, err)
@@ -74,7 +74,7 @@ func testHistoryRead(t *testing.T, b cluster.Backend) {
 	checkRead(t, "never reliable", readRoom(t, b, "nothing", 0, 0, inboxOpts), []int64{}, 0, 0, 0, 0)
 }
 
-func readBefore(t *testing.T, b cluster.Backend, room string, before int64, most int, opt cluster.InboxOptions) cluster.InboxRead {
+func readBefore(t *testing.T, b cluster.History, room string, before int64, most int, opt cluster.InboxOptions) cluster.InboxRead {
 	t.Helper()
 	r, err := b.ReadRoomBefore(ctxFor(t), room, before, most, opt)
 	must(t, err)

@@ -26,7 +26,7 @@ var inboxTests = []subtest{
 
 var inboxOpts = cluster.InboxOptions{Limit: 100, TTL: longTTL}
 
-func appendN(t *testing.T, b cluster.Backend, user string, n int, opt cluster.InboxOptions) {
+func appendN(t *testing.T, b cluster.Inbox, user string, n int, opt cluster.InboxOptions) {
 	t.Helper()
 	for range n {
 		last, err := b.LastSeq(ctxFor(t), user)
@@ -39,7 +39,7 @@ func appendN(t *testing.T, b cluster.Backend, user string, n int, opt cluster.In
 	}
 }
 
-func read(t *testing.T, b cluster.Backend, user string, since int64, opt cluster.InboxOptions) cluster.InboxRead {
+func read(t *testing.T, b cluster.Inbox, user string, since int64, opt cluster.InboxOptions) cluster.InboxRead {
 	t.Helper()
 	r, err := b.ReadInbox(ctxFor(t), user, since, opt)
 	must(t, err)

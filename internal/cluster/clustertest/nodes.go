@@ -32,7 +32,7 @@ func sampleNode(id string) cluster.NodeInfo {
 	}
 }
 
-func listNodes(t *testing.T, b cluster.Backend) []cluster.NodeInfo {
+func listNodes(t *testing.T, b cluster.NodeRegistry) []cluster.NodeInfo {
 	t.Helper()
 	nodes, err := b.Nodes(ctxFor(t))
 	must(t, err)
@@ -40,7 +40,7 @@ func listNodes(t *testing.T, b cluster.Backend) []cluster.NodeInfo {
 	return nodes
 }
 
-func checkNodes(t *testing.T, b cluster.Backend, want ...cluster.NodeInfo) {
+func checkNodes(t *testing.T, b cluster.NodeRegistry, want ...cluster.NodeInfo) {
 	t.Helper()
 	got := listNodes(t, b)
 	if !slices.Equal(got, want) {

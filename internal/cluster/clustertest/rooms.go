@@ -21,21 +21,21 @@ var roomTests = []subtest{
 	{"RemoveNodeDropsInterest", testRoomsRemoveNode},
 }
 
-func members(t *testing.T, b cluster.Backend, room string) []string {
+func members(t *testing.T, b cluster.Rooms, room string) []string {
 	t.Helper()
 	got, err := b.RoomMembers(ctxFor(t), room)
 	must(t, err)
 	return got
 }
 
-func userRooms(t *testing.T, b cluster.Backend, user string) []string {
+func userRooms(t *testing.T, b cluster.Rooms, user string) []string {
 	t.Helper()
 	got, err := b.UserRooms(ctxFor(t), user)
 	must(t, err)
 	return got
 }
 
-func roomNodes(t *testing.T, b cluster.Backend, room string) []string {
+func roomNodes(t *testing.T, b cluster.Rooms, room string) []string {
 	t.Helper()
 	got, err := b.RoomNodes(ctxFor(t), room)
 	must(t, err)
