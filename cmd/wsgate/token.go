@@ -44,9 +44,11 @@ func runToken(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch {
 	case cfg.Sub == "":
 		return fail("--sub is required: the user id of the token (or --check TOKEN to verify one)")
-	case len(vc.HMACSecrets) == 0:
-		return fail("WSGATE_JWT_SECRET is not set: tokens are signed with the gateway's HS256 secret " +
-			"(a public key file or a JWKS URL can only check them)")
+	case cfg.KID != "" && cfg.Key == "":
+		return fail("--kid names the key of --key: give --key too")
+	case len(vc.HMACSecrets) == 0 && cfg.Key == "":
+		return fail("WSGATE_JWT_SECRET is not set: tokens are signed with the gateway's HS256 secret, " +
+			"or with --key PRIVATE.pem (a public key file or a JWKS URL can only check them)")
 	case cfg.TTL <= 0:
 		return fail("--ttl (%s) must be positive", cfg.TTL)
 	}
@@ -57,17 +59,40 @@ func runToken(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	now := time.Now()
-	tok, err := auth.SignHS256(vc.HMACSecrets[0], auth.Grant{
+	g := auth.Grant{
 		Subject: cfg.Sub, IssuedAt: now, ExpiresAt: now.Add(cfg.TTL),
 		Rooms: cfg.Rooms, Pub: cfg.Pub, Send: nilIfEmpty(cfg.Send),
 		Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
-	})
-	if err != nil {
-		return fail("%v", err)
 	}
-	// Only what the gateway accepts is printed: a sub it refuses or a ttl
-	// beyond WSGATE_JWT_MAX_LIFETIME is said here, not at the handshake.
-	vc.PublicKeyPEM = nil
+	var tok string
+	if cfg.Key != "" {
+		b, err := os.ReadFile(cfg.Key)
+		if err != nil {
+			return fail("--key: %v", err)
+		}
+		key, err := auth.ParsePrivateKeyPEM(b)
+		if err != nil {
+			return fail("--key %s: %v", cfg.Key, err)
+		}
+		if tok, err = auth.SignWithKey(key, cfg.KID, g); err != nil {
+			return fail("--key %s: %v", cfg.Key, err)
+		}
+		if len(vc.PublicKeyPEM) == 0 && vc.KeySet == nil {
+			// Nothing here can check it against the gateway's keys.
+			fmt.Fprintln(stderr, "wsgate token: neither WSGATE_JWT_PUBLIC_KEY_FILE nor WSGATE_JWKS_URL is set: the signature is not checked against the gateway's keys")
+			fmt.Fprintln(stdout, tok)
+			return 0
+		}
+		vc.HMACSecrets = nil
+	} else {
+		if tok, err = auth.SignHS256(vc.HMACSecrets[0], g); err != nil {
+			return fail("%v", err)
+		}
+		vc.PublicKeyPEM = nil
+	}
+	// Only what the gateway accepts is printed: a sub it refuses, a ttl
+	// beyond WSGATE_JWT_MAX_LIFETIME or a key it does not know is said
+	// here, not at the handshake.
 	v, err := auth.NewVerifier(vc)
 	if err != nil {
 		return fail("%v", err)

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -199,5 +206,87 @@ func TestHelpListsToken(t *testing.T) {
 	code, out := runBin(t, nil, "--help")
 	if code != 0 || !strings.Contains(out, "\n  token ") {
 		t.Fatalf("exit %d, wsgate --help does not list token:\n%s", code, out)
+	}
+}
+
+// --key signs with a private key (RS256, ES256): the token printed is
+// accepted by a gateway holding the public key, and a key the gateway
+// does not hold is refused before anything is printed.
+func TestTokenSignedWithAPrivateKey(t *testing.T) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pub := func(name string, k crypto.PublicKey) string {
+		der, err := x509.MarshalPKIXPublicKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(name, "PUBLIC KEY", der)
+	}
+	ecDER, err := x509.MarshalECPrivateKey(ecKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherDER, err := x509.MarshalPKCS8PrivateKey(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, key, pub, alg string
+	}{
+		{"RS256, PKCS#1", write("rsa.pem", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(rsaKey)), pub("rsa.pub", &rsaKey.PublicKey), "RS256"},
+		{"ES256, SEC 1", write("ec.pem", "EC PRIVATE KEY", ecDER), pub("ec.pub", &ecKey.PublicKey), "ES256"},
+	} {
+		env := map[string]string{"WSGATE_JWT_PUBLIC_KEY_FILE": tc.pub}
+		code, out := runBin(t, envList(env), "token", "--key", tc.key, "--kid", "k1", "--sub", "carol", "--rooms", "lobby")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.name, code, out)
+		}
+		tok := strings.TrimSpace(out)
+		c, err := gatewayVerifier(t, env).Verify(tok, time.Time{})
+		if err != nil || c.Subject != "carol" || !reflect.DeepEqual(c.Rooms, []string{"lobby"}) {
+			t.Fatalf("%s: the gateway's verifier: %+v, %v", tc.name, c, err)
+		}
+		h, _, _ := strings.Cut(tok, ".")
+		hb, _ := base64.RawURLEncoding.DecodeString(h)
+		var hdr struct{ Alg, Kid string }
+		if json.Unmarshal(hb, &hdr) != nil || hdr.Alg != tc.alg || hdr.Kid != "k1" {
+			t.Fatalf("%s: header %s, want alg %s and kid k1", tc.name, hb, tc.alg)
+		}
+		// A key the gateway does not hold: exit 2, one line, nothing printed.
+		code, out = runBin(t, envList(env), "token", "--key", write("other.pem", "PRIVATE KEY", otherDER), "--sub", "carol")
+		if code != 2 || !strings.Contains(out, "the gateway would refuse this token") || strings.Count(strings.TrimSpace(out), "\n") > 0 {
+			t.Fatalf("%s: signed with another key: exit %d, output %q", tc.name, code, out)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--key", filepath.Join(dir, "missing.pem"), "--sub", "a"}, "--key: open"},
+		{[]string{"--key", pub("not-private.pem", &ecKey.PublicKey), "--sub", "a"}, "no PEM private key block"},
+		{[]string{"--kid", "k1", "--sub", "a"}, "--kid names the key of --key"},
+	} {
+		code, out := runBin(t, nil, append([]string{"token"}, tc.args...)...)
+		if code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d, output %q; want exit 2 with %q", tc.args, code, out, tc.want)
+		}
 	}
 }

@@ -14,6 +14,8 @@ type Token struct {
 	Send  []string      // upstream event patterns (send claim); empty = no claim
 	TTL   time.Duration // exp = now + TTL
 	Check string        // a token to verify instead of printing one
+	Key   string        // PEM private key file to sign with (RS256, ES256, EdDSA) instead of the HS256 secret
+	KID   string        // kid header of a token signed with Key
 }
 
 // tokenSettings are the gateway settings wsgate token uses; its --help
@@ -28,7 +30,8 @@ var tokenSettings = map[string]bool{
 // writes the defaults into cfg.
 func NewTokenSet(cfg *Token) *Set {
 	s := NewSet("token")
-	s.Summary = "Prints a client token signed with the gateway's HS256 secret (the first of WSGATE_JWT_SECRET),\n" +
+	s.Summary = "Prints a client token signed with the gateway's HS256 secret (the first of WSGATE_JWT_SECRET)\n" +
+		"or with a private key (--key),\n" +
 		"or, with --check, says whether the gateway's keys accept a token and why not (exit status 0 or 1).\n" +
 		"It reads the gateway's configuration (flags, environment, --config file); the settings\n" +
 		"listed last are the ones it uses."
@@ -38,6 +41,8 @@ func NewTokenSet(cfg *Token) *Set {
 	s.List(&cfg.Send, "send", nil, "event patterns the client may send upstream (send claim); empty = no claim (any event)")
 	s.Duration(&cfg.TTL, "ttl", time.Hour, "lifetime of the token: exp = now + ttl")
 	s.String(&cfg.Check, "check", "", "a token to verify with the gateway's keys instead of printing one")
+	s.String(&cfg.Key, "key", "", "PEM private key file to sign with instead of the HS256 secret: RS256 (RSA), ES256 (P-256) or EdDSA (Ed25519; JWKS only)")
+	s.String(&cfg.KID, "kid", "", "the kid header of a token signed with --key (a JWKS chooses its key by it)")
 	own := len(s.settings)
 	registerGateway(s, &cfg.Gateway)
 	for _, st := range s.settings[own:] {
