@@ -186,6 +186,33 @@ func TestDevConsoleAndDemo(t *testing.T) {
 		}
 	}
 
+	// 26 more connections: the list pages by 25, and Next and Previous
+	// walk it, every connection once.
+	want := []string{"alice", "bob"}
+	var load []*ticker
+	for i := range 26 {
+		user := fmt.Sprintf("load%02d", i)
+		load = append(load, dialTicker(t, dev, user, "load"))
+		want = append(want, user)
+	}
+	console.click("#conns-load")
+	seen := pageUsers(console, 1, 25)
+	console.click("#conns-next")
+	seen = append(seen, pageUsers(console, 2, 3)...)
+	if eval[bool](console, `document.getElementById('conns-next').disabled`) != true {
+		t.Error("Next is enabled on the last page")
+	}
+	slices.Sort(seen)
+	if !slices.Equal(seen, want) {
+		t.Errorf("the two pages list %v, want every connection once: %v", seen, want)
+	}
+	console.click("#conns-prev")
+	pageUsers(console, 1, 25)
+	for _, tk := range load {
+		tk.close()
+	}
+	listConns(console, dev.id, "alice,bob")
+
 	// The demo screenshot: alice back in the lobby.
 	openConv(alice, "room:lobby")
 	alice.screenshot(docsImage("demo.png"))

@@ -18,6 +18,7 @@ import (
 // ticker is a Go client connected to one node (insecure user name) that
 // joined a room; closed gets the error that ended its reads.
 type ticker struct {
+	conn     *client.Conn
 	id       string
 	received chan struct{}
 	closed   chan error
@@ -47,7 +48,7 @@ func dialTicker(t *testing.T, n *node, user, room string) *ticker {
 			break
 		}
 	}
-	tk := &ticker{id: w.ConnID, received: make(chan struct{}, 1), closed: make(chan error, 1)}
+	tk := &ticker{conn: c, id: w.ConnID, received: make(chan struct{}, 1), closed: make(chan error, 1)}
 	go func() {
 		for {
 			f, err := c.ReadFrame()
@@ -64,6 +65,13 @@ func dialTicker(t *testing.T, n *node, user, room string) *ticker {
 		}
 	}()
 	return tk
+}
+
+// close closes the ticker's connection and waits for its reader.
+func (tk *ticker) close() {
+	tk.conn.Close()
+	<-tk.closed
+	tk.closed <- nil
 }
 
 // closeCode waits for the ticker's connection to end and returns the
@@ -117,6 +125,15 @@ func listConns(p *page, node, users string) {
 	p.click("#conns-load")
 	p.waitFor(10*time.Second, fmt.Sprintf("the connections of %s: %s", node, users),
 		fmt.Sprintf(`[...document.querySelectorAll('#conns-result tr[data-conn]')].map(e => e.dataset.user).sort().join(',') === %s`, jsString(users)))
+}
+
+// pageUsers waits for page of the connections list, with rows rows, and
+// returns its users.
+func pageUsers(p *page, page, rows int) []string {
+	p.t.Helper()
+	p.waitFor(10*time.Second, fmt.Sprintf("page %d of the connections with %d rows", page, rows),
+		fmt.Sprintf(`document.getElementById('conns-page').textContent === 'page %d' && document.querySelectorAll('#conns-result tr[data-conn]').length === %d`, page, rows))
+	return eval[[]string](p, `[...document.querySelectorAll('#conns-result tr[data-conn]')].map(e => e.dataset.user)`)
 }
 
 // connRow returns the fields the console shows for user's connection.
