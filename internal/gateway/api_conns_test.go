@@ -98,10 +98,12 @@ func TestConnectionsListPagesEveryConnectionOnce(t *testing.T) {
 }
 
 // Disconnecting one connection by its id through another node's API
-// closes exactly that one with 4003; the user's other connection stays.
+// closes exactly that one with 4003 (the first answer of its node to the
+// lookup is lost, and asked again); the user's other connection stays,
+// and is closed in turn through its own node's API.
 func TestDisconnectOneConnectionOnAnotherNode(t *testing.T) {
 	b := redisBackends(t, 2)
-	n1 := startNodeWith(t, b[0], nil)
+	n1 := startNodeWith(t, loseFirst(b[0], kindConnsPage, 1), nil)
 	n2 := startNodeWith(t, b[1], func(c *config.Gateway) { c.NodeID = "t2" })
 	target, id := connectID(t, n1, "erin")
 	kept, keptID := connectID(t, n1, "erin")
@@ -123,6 +125,13 @@ func TestDisconnectOneConnectionOnAnotherNode(t *testing.T) {
 	// The same id again: no such connection now.
 	if status, m := apiCall(t, n2, "POST", "/api/v1/connections/"+id+"/disconnect", "k", ""); status != 404 {
 		t.Fatalf("second disconnect: %d %v, want 404", status, m)
+	}
+	// The other one through the API of the node that holds it.
+	if status, m := apiCall(t, n1, "POST", "/api/v1/connections/"+keptID+"/disconnect", "k", ""); status != 200 || m["disconnected"] != float64(1) {
+		t.Fatalf("local disconnect: %d %v, want 200 and 1", status, m)
+	}
+	if code := kept.waitClosed(5 * time.Second); code != protocol.CloseDisconnected {
+		t.Fatalf("closed with %d, want 4003", code)
 	}
 }
 

@@ -510,6 +510,7 @@ func (n *Node) accepting() bool {
 }
 
 func (n *Node) info() cluster.NodeInfo {
+	published, delivered := n.messageCounts()
 	return cluster.NodeInfo{
 		ID:          n.cfg.NodeID,
 		URL:         n.cfg.AdvertiseURL,
@@ -522,8 +523,8 @@ func (n *Node) info() cluster.NodeInfo {
 		Heartbeat:   time.Now().UnixMilli(),
 		Version:     Version,
 		IDPrefix:    n.idPrefix,
-		Published:   counterSum(n.metrics.Published),
-		Delivered:   counterSum(n.metrics.Delivered),
+		Published:   published,
+		Delivered:   delivered,
 	}
 }
 

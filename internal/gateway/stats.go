@@ -10,6 +10,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/allocator"
 	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/protocol"
 )
 
 // The console's history (GET /api/v1/stats, a wsgate extension): every
@@ -114,16 +115,20 @@ func (n *Node) apiStats(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// counterSum is the sum of a counter's (or counter vector's) values.
-func counterSum(c prometheus.Collector) int64 {
-	ch := make(chan prometheus.Metric, 16)
-	go func() { c.Collect(ch); close(ch) }()
-	var sum float64
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) == nil && d.Counter != nil {
-			sum += d.Counter.GetValue()
-		}
+// messageCounts reads the node's message counters:
+// wsgate_messages_published_total summed over its targets, and
+// wsgate_messages_delivered_total.
+func (n *Node) messageCounts() (published, delivered int64) {
+	for _, t := range []string{protocol.TargetUser, protocol.TargetRoom, protocol.TargetBroadcast} {
+		published += counterNow(n.metrics.Published.WithLabelValues(t))
 	}
-	return int64(sum)
+	return published, counterNow(n.metrics.Delivered)
+}
+
+func counterNow(c prometheus.Counter) int64 {
+	var d dto.Metric
+	if c.Write(&d) != nil {
+		return 0
+	}
+	return int64(d.GetCounter().GetValue())
 }
