@@ -412,8 +412,10 @@ func TestClusterFailoverAndDrain(t *testing.T) {
 	fresh.click("#key-save")
 	fresh.waitFor(10*time.Second, "the first refresh", `Number(document.body.dataset.refreshes) >= 1 && !!document.querySelector('[data-node="n3"] .chart')`)
 	got := eval[[]int](fresh, `[Number(document.body.dataset.refreshes), Number(document.querySelector('[data-node="n3"] .chart').dataset.samples)]`)
-	if got[1] < watched || got[1] < got[0]+5 {
-		t.Errorf("a fresh console after %d refreshes draws %d samples of n3, want at least the %d of the console open since the start, and 5 more than it refreshed", got[0], got[1], watched)
+	// (Two fewer at most: past 5 minutes, the gateway forgets its oldest
+	// samples a little before the watching console does.)
+	if got[1]+2 < watched || got[1] < got[0]+5 {
+		t.Errorf("a fresh console after %d refreshes draws %d samples of n3, want about the %d of the console open since the start, and 5 more than it refreshed", got[0], got[1], watched)
 	}
 	if st := eval[string](fresh, `document.querySelector('[data-node="n2"]')?.dataset.status ?? 'absent'`); st != "left" {
 		t.Errorf("n2, killed before the console opened, is %s in it, want left", st)

@@ -103,7 +103,7 @@ func (n *Node) localConns(q connQuery) ConnPage {
 			continue
 		}
 		c.mu.Lock()
-		open := c.state == stOpen
+		open := c.state < stClosing // open, or resuming (its welcome on the way)
 		c.mu.Unlock()
 		if open {
 			picked = append(picked, c)
