@@ -167,3 +167,20 @@ func TestConnectionsBadInput(t *testing.T) {
 		t.Errorf("without the key: %d, want 401", status)
 	}
 }
+
+// A node that does not confirm the close in time is not counted, and is
+// asked again afterwards until the connection is closed.
+func TestDisconnectOneConnectionGoesOnAsking(t *testing.T) {
+	b := redisBackends(t, 2)
+	n1 := startNodeWith(t, b[0], nil)
+	// 9 lost kicks: 4.5 s of retries, longer than the request waits.
+	n2 := startNodeWith(t, loseFirst(b[1], kindKick, 9), func(c *config.Gateway) { c.NodeID = "t2" })
+	target, id := connectID(t, n1, "hal")
+	status, m := apiCall(t, n2, "POST", "/api/v1/connections/"+id+"/disconnect", "k", "")
+	if status != 200 || m["disconnected"] != float64(0) {
+		t.Fatalf("disconnect: %d %v, want 200 and 0 (not confirmed yet)", status, m)
+	}
+	if code := target.waitClosed(10 * time.Second); code != protocol.CloseDisconnected {
+		t.Fatalf("closed with %d, want 4003", code)
+	}
+}
