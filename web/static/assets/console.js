@@ -449,7 +449,7 @@ async function loadConns(page) {
           h('td', { text: c.device ?? '', dataset: { label: 'Device', field: 'device' } }),
           h('td', { text: c.transport ?? '', dataset: { label: 'Transport', field: 'transport' } }),
           h('td', { class: 'rooms', text: rooms.length ? rooms.join(', ') : '–', dataset: { label: 'Rooms', field: 'rooms' } }),
-          h('td', { text: c.connected_at ? duration(now - c.connected_at).replace(/\.\d/, '') : '–', title: c.connected_at ? clock(c.connected_at) : '', dataset: { label: 'Age', field: 'age' } }),
+          h('td', { text: c.connected_at ? age(now - c.connected_at) : '–', title: c.connected_at ? clock(c.connected_at) : '', dataset: { label: 'Age', field: 'age' } }),
           h('td', { class: 'act' }, h('button', { class: 'btn small danger-outline', type: 'button', dataset: { action: 'disconnect' }, text: 'Disconnect', onclick: () => askKick(node, c) })),
         );
       })));
@@ -458,6 +458,11 @@ async function loadConns(page) {
     result(out, 'error', errorText(err));
     if (err.status === 401) showError(err);
   }
+}
+
+/** A connection's age: "< 1 s", "42 s", "3 min 5 s". */
+function age(ms) {
+  return ms < 1000 ? '< 1 s' : duration(ms).replace(/\.\d/, '');
 }
 
 $('conns-form').addEventListener('submit', (e) => {
