@@ -178,6 +178,41 @@ func TestDevConsoleAndDemo(t *testing.T) {
 	console.waitFor(10*time.Second, "the lobby's presence", `[...document.querySelectorAll('#rooms-result tbody tr')].map(e => e.dataset.user).sort().join(',') === 'alice,bob'`)
 	console.screenshot(docsImage("console-rooms.png"))
 
+	// The node's connections: alice and bob, over WebSocket, in the lobby.
+	listConns(console, dev.id, "alice,bob")
+	for _, user := range []string{"alice", "bob"} {
+		if row := connRow(console, user); row["transport"] != "ws" || !strings.HasPrefix(row["device"], "d-") || !strings.Contains(row["rooms"], "lobby") || row["age"] == "–" {
+			t.Errorf("%s's connection shown as %v, want transport ws, the demo page's device (d-...), rooms with lobby and an age", user, row)
+		}
+	}
+
+	// 26 more connections: the list pages by 25, and Next and Previous
+	// walk it, every connection once.
+	want := []string{"alice", "bob"}
+	var load []*ticker
+	for i := range 26 {
+		user := fmt.Sprintf("load%02d", i)
+		load = append(load, dialTicker(t, dev, user, "load"))
+		want = append(want, user)
+	}
+	console.click("#conns-load")
+	seen := pageUsers(console, 1, 25)
+	console.click("#conns-next")
+	seen = append(seen, pageUsers(console, 2, 3)...)
+	if eval[bool](console, `document.getElementById('conns-next').disabled`) != true {
+		t.Error("Next is enabled on the last page")
+	}
+	slices.Sort(seen)
+	if !slices.Equal(seen, want) {
+		t.Errorf("the two pages list %v, want every connection once: %v", seen, want)
+	}
+	console.click("#conns-prev")
+	pageUsers(console, 1, 25)
+	for _, tk := range load {
+		tk.close()
+	}
+	listConns(console, dev.id, "alice,bob")
+
 	// The demo screenshot: alice back in the lobby.
 	openConv(alice, "room:lobby")
 	alice.screenshot(docsImage("demo.png"))
@@ -339,12 +374,71 @@ func TestClusterFailoverAndDrain(t *testing.T) {
 	console.fill("#members-room", "lobby")
 	console.click("#members-form button")
 	console.waitFor(10*time.Second, "lobby members", `[...document.querySelectorAll('#members-result .chip')].map(e => e.textContent).join(',') === 'alice,bob'`)
+	// A Go client on n3 in room ops gets a message every 50 ms from n3's
+	// API: the console shows the rates, and lists it beside alice and bob.
+	tk := dialTicker(t, n3, "ticker", "ops")
+	stopTicks := publishEvery(t, n3, "ticker", 50*time.Millisecond)
+	defer stopTicks()
+	select {
+	case <-tk.received:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ticker got no message")
+	}
+	console.waitFor(20*time.Second, "message rates above 0 on n3 and in the summary",
+		`Number(document.querySelector('[data-node="n3"] [data-field=delivery_rate]').textContent) > 0 && Number(document.querySelector('[data-node="n3"] [data-field=publish_rate]').textContent) > 0 && Number(document.getElementById('sum-rate').textContent.replace(/,/g, '')) > 0`)
+	listConns(console, "n3", "alice,bob,ticker")
+	if row := connRow(console, "ticker"); row["transport"] != "ws" || row["rooms"] != "ops" || row["device"] != "default" {
+		t.Errorf("the ticker's connection shown as %v, want transport ws, rooms ops, device default", row)
+	}
+	if row := connRow(console, "alice"); !strings.Contains(row["rooms"], "lobby") {
+		t.Errorf("alice's connection shown as %v, want rooms with lobby", row)
+	}
+
 	// Let the charts gather a few samples after the drain and the toasts
 	// fade (both read from the DOM) before the screenshot.
 	n3Samples := eval[int](console, `Number(document.querySelector('[data-node="n3"] .chart').dataset.samples)`)
 	console.waitFor(20*time.Second, "three more samples on n3's chart and no toast",
 		fmt.Sprintf(`Number(document.querySelector('[data-node="n3"] .chart').dataset.samples) >= %d && document.getElementById('toasts').childElementCount === 0`, n3Samples+3))
 	console.screenshot(docsImage("console.png"))
+
+	// A console opened now draws the last minutes at once: as many samples
+	// as the console open since the start, more than it refreshed, and n2
+	// (killed before it opened) as left.
+	watched := eval[int](console, `Number(document.querySelector('[data-node="n3"] .chart').dataset.samples)`)
+	fresh := newPage(t, browser, "fresh console")
+	fresh.navigate(n3.base + "/")
+	fresh.waitFor(10*time.Second, "the API key dialog", `document.getElementById('key-dialog').open`)
+	fresh.fill("#key-input", apiKey)
+	fresh.click("#key-save")
+	fresh.waitFor(10*time.Second, "the first refresh", `Number(document.body.dataset.refreshes) >= 1 && !!document.querySelector('[data-node="n3"] .chart')`)
+	got := eval[[]int](fresh, `[Number(document.body.dataset.refreshes), Number(document.querySelector('[data-node="n3"] .chart').dataset.samples)]`)
+	// (Two fewer at most: past 5 minutes, the gateway forgets its oldest
+	// samples a little before the watching console does.)
+	if got[1]+2 < watched || got[1] < got[0]+5 {
+		t.Errorf("a fresh console after %d refreshes draws %d samples of n3, want about the %d of the console open since the start, and 5 more than it refreshed", got[0], got[1], watched)
+	}
+	if st := eval[string](fresh, `document.querySelector('[data-node="n2"]')?.dataset.status ?? 'absent'`); st != "left" {
+		t.Errorf("n2, killed before the console opened, is %s in it, want left", st)
+	}
+	fresh.waitFor(10*time.Second, "the rates in the fresh console", `Number(document.querySelector('[data-node="n3"] [data-field=delivery_rate]').textContent) > 0`)
+	stopTicks()
+
+	// Disconnect the ticker from the console: click, confirm; it gets 4003
+	// and n3 counts one connection less.
+	console.click(`#conns-result tr[data-user="ticker"] button[data-action=disconnect]`)
+	console.waitFor(5*time.Second, "the disconnect confirmation", `document.getElementById('kick-dialog').open && document.getElementById('kick-text').textContent.includes('4003')`)
+	console.screenshotViewport(docsImage("console-disconnect.png"))
+	console.click("#kick-confirm")
+	if code := tk.closeCode(t, 10*time.Second); code != 4003 {
+		t.Fatalf("the ticker was closed with %d, want 4003", code)
+	}
+	console.waitFor(15*time.Second, "n3 back to 2 connections and the ticker gone from the list",
+		`document.querySelector('[data-node="n3"] [data-field=connections]')?.textContent === '2' && [...document.querySelectorAll('#conns-result tr[data-conn]')].map(e => e.dataset.user).sort().join(',') === 'alice,bob'`)
+	for _, p := range []*page{alice, bob} {
+		if st := eval[string](p, `document.body.dataset.state`); st != "open" {
+			t.Errorf("%s's page is %s after the ticker's disconnect, want open", p.name, st)
+		}
+	}
 
 	// Redis goes away: the gateway answers 503 and the console says so.
 	redisProc.Kill()

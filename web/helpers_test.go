@@ -303,9 +303,21 @@ func (p *page) fill(sel, value string) {
 // screenshot writes a full-page PNG of the tab to path.
 func (p *page) screenshot(path string) {
 	p.t.Helper()
+	p.shoot(path, chromedp.FullScreenshot(100))
+}
+
+// screenshotViewport writes what the tab's viewport shows (a modal
+// dialog with its backdrop) to path.
+func (p *page) screenshotViewport(path string) {
+	p.t.Helper()
+	p.shoot(path, chromedp.CaptureScreenshot())
+}
+
+func (p *page) shoot(path string, shot chromedp.Action[[]byte]) {
+	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
-	buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	buf, err := chromedp.Run(ctx, shot)
 	if err != nil {
 		p.fail("screenshot: %v", err)
 	}

@@ -38,6 +38,14 @@ type NodeInfo struct {
 	StartedAt   int64      `json:"started_at"` // Unix ms
 	Heartbeat   int64      `json:"heartbeat"`  // Unix ms of the last report
 	Version     string     `json:"version"`
+	// IDPrefix starts every connection id the node gives (while this
+	// process runs): it names the node that holds a connection.
+	IDPrefix string `json:"id_prefix,omitempty"`
+	// Published and Delivered are the node's message counters since it
+	// started (wsgate_messages_published_total, summed over targets, and
+	// wsgate_messages_delivered_total): two records give the rates.
+	Published int64 `json:"published,omitempty"`
+	Delivered int64 `json:"delivered,omitempty"`
 }
 
 // Route says that connection ConnID of User lives on Node. Device names

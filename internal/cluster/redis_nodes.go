@@ -117,6 +117,9 @@ func encodeNode(n NodeInfo) []any {
 		"started_at", strconv.FormatInt(n.StartedAt, 10),
 		"heartbeat", strconv.FormatInt(n.Heartbeat, 10),
 		"version", n.Version,
+		"id_prefix", n.IDPrefix,
+		"published", strconv.FormatInt(n.Published, 10),
+		"delivered", strconv.FormatInt(n.Delivered, 10),
 	}
 }
 
@@ -148,6 +151,12 @@ func decodeNode(flat []any) NodeInfo {
 			n.Heartbeat, _ = strconv.ParseInt(v, 10, 64)
 		case "version":
 			n.Version = v
+		case "id_prefix":
+			n.IDPrefix = v
+		case "published":
+			n.Published, _ = strconv.ParseInt(v, 10, 64)
+		case "delivered":
+			n.Delivered, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
 	return n

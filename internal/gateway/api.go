@@ -576,24 +576,33 @@ func (n *Node) apiDisconnect(w http.ResponseWriter, r *http.Request) error {
 	if err := protocol.ValidName("user", user); err != nil {
 		return badRequest("%v", err)
 	}
-	body, err := readBody(r)
+	reason, err := readReason(r)
 	if err != nil {
 		return err
+	}
+	closed, err := n.DisconnectUser(r.Context(), user, reason)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"disconnected": closed})
+	return nil
+}
+
+// readReason reads a disconnect's optional body {"reason":"..."}.
+func readReason(r *http.Request) (string, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return "", err
 	}
 	var b struct {
 		Reason string `json:"reason"`
 	}
 	if t := bytes.TrimSpace(body); len(t) > 0 {
 		if t[0] != '{' || json.Unmarshal(t, &b) != nil {
-			return badRequest("the body must be a JSON object {\"reason\":\"...\"}")
+			return "", badRequest("the body must be a JSON object {\"reason\":\"...\"}")
 		}
 	}
-	closed, err := n.DisconnectUser(r.Context(), user, b.Reason)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]int{"disconnected": closed})
-	return nil
+	return b.Reason, nil
 }
 
 func (n *Node) apiNodes(w http.ResponseWriter, r *http.Request) error {

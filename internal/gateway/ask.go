@@ -101,13 +101,89 @@ func (n *Node) answer(e envelope) {
 	if e.Req == "" || e.From == "" {
 		return // from a node that does not wait for answers
 	}
+	n.sendAnswer(e.From, encodeEnvelope(envelope{Kind: kindDone, Req: e.Req}, nil))
+}
+
+// sendAnswer sends an answer envelope to the node that asked, in the
+// background (a lost answer is asked for again).
+func (n *Node) sendAnswer(to string, env []byte) {
 	n.goFunc(func() {
 		ctx, cancel := n.bctx(n.ctx)
 		defer cancel()
 		start := time.Now()
-		err := n.backend.Send(ctx, []string{e.From}, encodeEnvelope(envelope{Kind: kindDone, Req: e.Req}, nil))
+		err := n.backend.Send(ctx, []string{to}, env)
 		n.observe("bus", start, err)
 	})
+}
+
+// replyTable holds the requests forwarded to another node that wait for
+// an answer carrying a result (a post, a page of connections), by
+// request id.
+type replyTable[T any] struct {
+	mu      sync.Mutex
+	waiting map[string]chan T
+}
+
+func (p *replyTable[T]) add(req string) chan T {
+	ch := make(chan T, 1)
+	p.mu.Lock()
+	if p.waiting == nil {
+		p.waiting = map[string]chan T{}
+	}
+	p.waiting[req] = ch
+	p.mu.Unlock()
+	return ch
+}
+
+func (p *replyTable[T]) remove(req string) {
+	p.mu.Lock()
+	delete(p.waiting, req)
+	p.mu.Unlock()
+}
+
+// deliver hands the answer to the waiting request (none: an answer that
+// came twice, or too late).
+func (p *replyTable[T]) deliver(req string, res T) {
+	p.mu.Lock()
+	ch := p.waiting[req]
+	delete(p.waiting, req)
+	p.mu.Unlock()
+	if ch != nil {
+		ch <- res
+	}
+}
+
+// awaitReply sends env, a request whose answer comes on ch, to node every
+// askRetry until the answer comes (got), node is dead (dead), or ctx or
+// wait ends (neither).
+func awaitReply[T any](ctx context.Context, n *Node, node string, env []byte, ch chan T, wait time.Duration) (res T, got, dead bool) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	retry := time.NewTicker(askRetry)
+	defer retry.Stop()
+	for {
+		n.sendTo(ctx, node, env)
+		select {
+		case res = <-ch:
+			return res, true, false
+		case <-ctx.Done():
+			return res, false, false
+		case <-deadline.C:
+			return res, false, false
+		case <-retry.C:
+		}
+		lctx, cancel := n.bctx(ctx)
+		_, live := n.nodeLive(lctx, node)
+		cancel()
+		if !live {
+			return res, false, true
+		}
+		select {
+		case res = <-ch:
+			return res, true, false
+		default:
+		}
+	}
 }
 
 // nodeLive reports whether node has a fresh heartbeat, and its record.

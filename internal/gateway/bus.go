@@ -24,6 +24,8 @@ const (
 	kindDone       = "done"   // answer to a request (kick or drain with a request id)
 	kindPost       = "post"   // client frames posted to an HTTP stream connection of this node (connpost.go)
 	kindPosted     = "posted" // the answer to a kindPost: Code is the HTTP status
+	kindConns      = "conns"  // list this node's connections (api_conns.go); body: the query
+	kindConnsPage  = "cpage"  // the answer to a kindConns; body: the page
 	kindPresence   = "pres"   // a room presence change: Conn of User joined (Join) or left Room at presence seq Seq; body: info
 )
 
@@ -294,6 +296,10 @@ func (n *Node) onBus(payload []byte) {
 		n.onPost(e, body)
 	case kindPosted:
 		n.onPosted(e, body)
+	case kindConns:
+		n.onConns(e, body)
+	case kindConnsPage:
+		n.connPages.deliver(e.Req, slices.Clone(body))
 	case kindDone:
 		n.asks.end(e.Req)
 	default:
@@ -398,7 +404,7 @@ func busKindName(k string) string {
 	switch k {
 	case kindMessage, kindMessages:
 		return "message"
-	case kindKick, kindMembership, kindDrain, kindDone, kindPost, kindPosted, kindPresence:
+	case kindKick, kindMembership, kindDrain, kindDone, kindPost, kindPosted, kindPresence, kindConns, kindConnsPage:
 		return k
 	}
 	return "unknown"

@@ -210,42 +210,6 @@ func (n *Node) takePosted(connID string, mac []byte, frames []json.RawMessage) p
 	return res
 }
 
-// postTable holds the posts forwarded to another node, waiting for its
-// answer.
-type postTable struct {
-	mu      sync.Mutex
-	waiting map[string]chan postResult
-}
-
-func (p *postTable) add(req string) chan postResult {
-	ch := make(chan postResult, 1)
-	p.mu.Lock()
-	if p.waiting == nil {
-		p.waiting = map[string]chan postResult{}
-	}
-	p.waiting[req] = ch
-	p.mu.Unlock()
-	return ch
-}
-
-func (p *postTable) remove(req string) {
-	p.mu.Lock()
-	delete(p.waiting, req)
-	p.mu.Unlock()
-}
-
-// deliver hands the owner's answer to the waiting request (none: an
-// answer that came twice, or too late).
-func (p *postTable) deliver(req string, res postResult) {
-	p.mu.Lock()
-	ch := p.waiting[req]
-	delete(p.waiting, req)
-	p.mu.Unlock()
-	if ch != nil {
-		ch <- res
-	}
-}
-
 // postRemote forwards a body to the owner of the connection and waits
 // for its answer.
 func (n *Node) postRemote(ctx context.Context, node, connID string, mac, body []byte) postResult {
@@ -253,33 +217,14 @@ func (n *Node) postRemote(ctx context.Context, node, connID string, mac, body []
 	ch := n.posts.add(req)
 	defer n.posts.remove(req)
 	env := encodeEnvelope(envelope{Kind: kindPost, Conn: connID, Session: base64.RawURLEncoding.EncodeToString(mac), Req: req, From: n.cfg.NodeID}, body)
-	deadline := time.NewTimer(postWait)
-	defer deadline.Stop()
-	retry := time.NewTicker(askRetry)
-	defer retry.Stop()
-	for {
-		n.sendTo(ctx, node, env)
-		select {
-		case res := <-ch:
-			return res
-		case <-ctx.Done():
-			return postUnavailable
-		case <-deadline.C:
-			return postUnavailable
-		case <-retry.C:
-		}
-		lctx, cancel := n.bctx(ctx)
-		_, live := n.nodeLive(lctx, node)
-		cancel()
-		if !live {
-			return postUnknown // its connections are gone with it
-		}
-		select {
-		case res := <-ch:
-			return res
-		default:
-		}
+	res, got, dead := awaitReply(ctx, n, node, env, ch, postWait)
+	switch {
+	case got:
+		return res
+	case dead:
+		return postUnknown // its connections are gone with it
 	}
+	return postUnavailable
 }
 
 // postSeen remembers the answers to forwarded posts for a while, so that
@@ -330,13 +275,7 @@ func (n *Node) answerPost(e envelope, res postResult) {
 		return
 	}
 	out := envelope{Kind: kindPosted, Req: e.Req, Code: res.status, Reason: res.code, Taken: res.taken}
-	n.goFunc(func() {
-		ctx, cancel := n.bctx(n.ctx)
-		defer cancel()
-		start := time.Now()
-		err := n.backend.Send(ctx, []string{e.From}, encodeEnvelope(out, []byte(res.msg)))
-		n.observe("bus", start, err)
-	})
+	n.sendAnswer(e.From, encodeEnvelope(out, []byte(res.msg)))
 }
 
 // onPosted takes the owner's answer to a forwarded post (kindPosted).

@@ -162,6 +162,7 @@ func (n *Node) cleanupDeadNodes(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	n.stats.add(time.Now(), nodes, n.cfg.NodeID, n.staleAfter())
 	limit := n.goneAfter().Milliseconds()
 	now := time.Now().UnixMilli()
 	stale := map[string]bool{}

@@ -297,6 +297,19 @@ func (h *hub) userRooms(user string) []string {
 	return nil
 }
 
+// connRoomList lists the rooms c gets: its user's and its own, sorted.
+func (h *hub) connRoomList(c *conn) []string {
+	h.mu.RLock()
+	var rooms []string
+	if u := h.users[c.user]; u != nil {
+		rooms = append(rooms, u.rooms...)
+	}
+	rooms = append(rooms, h.connRooms[c]...)
+	h.mu.RUnlock()
+	slices.Sort(rooms)
+	return append([]string{}, slices.Compact(rooms)...)
+}
+
 func (h *hub) roomConns(room string) []*conn {
 	h.mu.RLock()
 	defer h.mu.RUnlock()

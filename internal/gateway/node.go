@@ -71,6 +71,7 @@ type Node struct {
 	hub      *hub
 
 	idPrefix string
+	stats    statsRing // the cluster over the last minutes, for the console (stats.go)
 	idSeq    atomic.Uint64
 	accepted atomic.Uint64 // upgraded connections since start
 	deflated atomic.Uint64 // compressor runs (deflate.go)
@@ -113,10 +114,11 @@ type Node struct {
 	asks askTable // requests to other nodes waiting for their answer
 
 	// HTTP stream connections (stream.go, connpost.go).
-	sessionKey [32]byte       // signs the sessions of this node's connections
-	postMu     [64]sync.Mutex // frames posted to one connection are taken one request at a time (by id stripe)
-	posts      postTable      // posts forwarded to other nodes, waiting for the owner's answer
-	seen       postSeen       // answers to forwarded posts, for a request sent again
+	sessionKey [32]byte               // signs the sessions of this node's connections
+	postMu     [64]sync.Mutex         // frames posted to one connection are taken one request at a time (by id stripe)
+	connPages  replyTable[[]byte]     // connection listings asked of other nodes (api_conns.go)
+	posts      replyTable[postResult] // posts forwarded to other nodes, waiting for the owner's answer
+	seen       postSeen               // answers to forwarded posts, for a request sent again
 
 	events *events // lifecycle events (events.go); nil when WSGATE_EVENTS is empty
 
@@ -510,6 +512,7 @@ func (n *Node) accepting() bool {
 }
 
 func (n *Node) info() cluster.NodeInfo {
+	published, delivered := n.messageCounts()
 	return cluster.NodeInfo{
 		ID:          n.cfg.NodeID,
 		URL:         n.cfg.AdvertiseURL,
@@ -521,6 +524,9 @@ func (n *Node) info() cluster.NodeInfo {
 		StartedAt:   n.startedAt.UnixMilli(),
 		Heartbeat:   time.Now().UnixMilli(),
 		Version:     Version,
+		IDPrefix:    n.idPrefix,
+		Published:   published,
+		Delivered:   delivered,
 	}
 }
 

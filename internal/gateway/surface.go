@@ -89,6 +89,9 @@ func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 	api("POST /api/v1/users/{user}/disconnect", n.apiDisconnect)
 	api("GET /api/v1/nodes", n.apiNodes)
 	api("POST /api/v1/nodes/{node}/drain", n.apiDrain)
+	api("GET /api/v1/nodes/{node}/connections", n.apiConnections)
+	api("POST /api/v1/connections/{conn}/disconnect", n.apiDisconnectConn)
+	api("GET /api/v1/stats", n.apiStats)
 	mux.Handle(n.grpcHandler())
 	if n.cfg.TransportOn("pusher") {
 		n.pusherAPIRoutes(mux)

@@ -29,6 +29,9 @@ func sampleNode(id string) cluster.NodeInfo {
 		StartedAt:   1_700_000_000_000,
 		Heartbeat:   1_700_000_001_000,
 		Version:     "v1.2.3",
+		IDPrefix:    "0a1b2c3d",
+		Published:   1 << 40,
+		Delivered:   7,
 	}
 }
 

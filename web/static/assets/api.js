@@ -62,5 +62,10 @@ export class Api {
   members(room) { return this.request('GET', `api/v1/rooms/${encodeURIComponent(room)}/members`); }
   rooms(prefix) { return this.request('GET', `api/v1/rooms?limit=100&prefix=${encodeURIComponent(prefix)}`); }
   roomPresence(room) { return this.request('GET', `api/v1/rooms/${encodeURIComponent(room)}/presence?limit=200`); }
+  connections(node, cursor = '', limit = 25) {
+    return this.request('GET', `api/v1/nodes/${encodeURIComponent(node)}/connections?limit=${limit}&cursor=${encodeURIComponent(cursor)}`);
+  }
+  disconnectConn(id) { return this.request('POST', `api/v1/connections/${encodeURIComponent(id)}/disconnect`, { reason: 'disconnected from the console' }); }
+  stats(since = 0) { return this.request('GET', `api/v1/stats?since=${since}`); }
   drain(node) { return this.request('POST', `api/v1/nodes/${encodeURIComponent(node)}/drain`); }
 }

@@ -18,6 +18,7 @@ export class History {
   add(key, t, v) {
     let s = this.series.get(key);
     if (!s) this.series.set(key, (s = []));
+    if (s.length && t <= s[s.length - 1][0]) return; // not newer than what the series has
     s.push([t, v]);
     const cut = t - this.windowMs - 5000;
     while (s.length && s[0][0] < cut) s.shift();

@@ -1,4 +1,5 @@
-// wsgate console: live nodes, publish, presence, room members, drain.
+// wsgate console: live nodes and rates, connections, publish, presence,
+// room members, drain.
 
 import { Api, ApiError } from './api.js';
 import { History, Sparkline, WINDOW_MS } from './chart.js';
@@ -21,6 +22,13 @@ let lastOk = 0;
 let loadedOnce = false;
 let waitingForKey = false;
 let nodes = [];
+let refreshes = 0;
+// The history of the serving gateway (GET /api/v1/stats): the newest
+// sample's time, the newest sample (its rates), and whether the gateway
+// has the endpoint (an older one does not: the page samples by itself).
+let statsSince = 0;
+let lastSample = null;
+let statsOk = true;
 
 // ---- API key -------------------------------------------------------------
 
@@ -137,8 +145,9 @@ async function refresh() {
   clearTimeout(timer);
   timer = null;
   try {
-    const data = await api.nodes();
+    const [data] = await Promise.all([api.nodes(), loadStats()]);
     lastOk = Date.now();
+    document.body.dataset.refreshes = String(++refreshes);
     banner(null);
     setKeyState(api.key ? 'ok' : 'none');
     $('nodes').classList.remove('stale');
@@ -152,6 +161,36 @@ async function refresh() {
   tick();
 }
 
+/** Adds the gateway's samples since the last call to the charts' history. */
+async function loadStats() {
+  if (!statsOk) return;
+  try {
+    const res = await api.stats(statsSince);
+    for (const s of Array.isArray(res?.samples) ? res.samples : []) {
+      for (const [id, v] of Object.entries(s.nodes ?? {})) history.add(id, s.t, Number(v.connections) || 0);
+      statsSince = Math.max(statsSince, s.t);
+      lastSample = s;
+    }
+    statsInterval = Number(res?.interval_ms) || statsInterval;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) { statsOk = false; return; }
+    throw err;
+  }
+}
+let statsInterval = REFRESH_MS;
+
+/** A node's rates in the newest sample: [published, delivered] per second. */
+function rates(id) {
+  const r = lastSample?.nodes?.[id];
+  return r ? [Number(r.publish_rate) || 0, Number(r.delivery_rate) || 0] : null;
+}
+
+/** 0, 0.4, 12.5, 1,234 (per second). */
+function rate(v) {
+  if (!Number.isFinite(v)) return '–';
+  return v >= 100 ? num(Math.round(v)) : String(Math.round(v * 10) / 10);
+}
+
 function isSelf(n) {
   try { return new URL(n.url).host === location.host; } catch { return false; }
 }
@@ -162,7 +201,7 @@ function renderNodes(list) {
   const seen = new Set();
   for (const n of list) {
     seen.add(n.id);
-    history.add(n.id, now, Number(n.connections) || 0);
+    if (!statsOk) history.add(n.id, now, Number(n.connections) || 0);
     let c = cards.get(n.id);
     if (!c) {
       c = nodeCard(n);
@@ -171,6 +210,17 @@ function renderNodes(list) {
     }
     c.node = n;
     updateCard(c, n, now);
+  }
+  // Nodes the gateway's history has and the list has not left before the
+  // page was opened: shown as left from their last sample.
+  if (!loadedOnce) {
+    for (const [id, s] of history.series) {
+      if (seen.has(id) || cards.has(id) || !s.length) continue;
+      const c = nodeCard({ id });
+      c.leftAt = s[s.length - 1][0] + statsInterval;
+      history.add(id, c.leftAt, 0);
+      cards.set(id, c);
+    }
   }
   // A node that is gone (drained, crashed, stale heartbeat) stays as "left"
   // for the chart's window, so that its last minutes remain visible.
@@ -224,6 +274,8 @@ function nodeCard(n) {
       h('div', { class: 'metric' }, h('span', { class: 'k', text: 'Connections' }), r('conns', h('span', { class: 'v big', dataset: { field: 'connections' } }))),
       h('div', { class: 'metric' }, h('span', { class: 'k', text: 'Weight' }), r('weight', h('span', { class: 'v', dataset: { field: 'weight' } }))),
       h('div', { class: 'metric' }, h('span', { class: 'k', text: 'Heartbeat' }), r('beat', h('span', { class: 'v', dataset: { field: 'heartbeat' } }))),
+      h('div', { class: 'metric rate' }, h('span', { class: 'k', text: 'Published / s' }), r('pub', h('span', { class: 'v', dataset: { field: 'publish_rate' } }))),
+      h('div', { class: 'metric rate' }, h('span', { class: 'k', text: 'Delivered / s' }), r('del', h('span', { class: 'v', dataset: { field: 'delivery_rate' } }))),
     ),
     chart.el,
     h('div', { class: 'node-foot' },
@@ -244,6 +296,8 @@ function markLeft(c, now) {
   refs.conns.textContent = '0';
   refs.beat.textContent = '–';
   refs.beat.className = 'v';
+  refs.pub.textContent = '–';
+  refs.del.textContent = '–';
   refs.meta.textContent = `left ${ago(now - c.leftAt)}`;
   refs.drain.hidden = true;
   c.chart.update(history.get(c.node.id), now, c.leftAt);
@@ -261,6 +315,9 @@ function updateCard(c, n, now) {
   refs.url.title = n.url ?? '';
   refs.conns.textContent = num(Number(n.connections) || 0);
   refs.weight.textContent = String(n.weight ?? '–');
+  const r = rates(n.id);
+  refs.pub.textContent = r ? rate(r[0]) : '–';
+  refs.del.textContent = r ? rate(r[1]) : '–';
   const age = Number(n.heartbeat_age_ms);
   refs.beat.textContent = Number.isFinite(age) ? duration(age) : '–';
   refs.beat.className = `v ${age > HEARTBEAT_DEAD_MS ? 'dead' : age > HEARTBEAT_LATE_MS ? 'late' : ''}`;
@@ -287,6 +344,12 @@ function renderSummary(list) {
   const total = list.reduce((s, n) => s + (Number(n.connections) || 0), 0);
   $('sum-conns').textContent = num(total);
   $('sum-conns-sub').textContent = active ? `${num(Math.round(total / Math.max(1, list.length)))} per node on average` : '\u00a0';
+  const live = list.map((n) => rates(n.id)).filter(Boolean);
+  const pubSum = live.reduce((s, r) => s + r[0], 0);
+  const delSum = live.reduce((s, r) => s + r[1], 0);
+  $('sum-rate').textContent = live.length ? rate(pubSum) : '–';
+  $('sum-rate-sub').textContent = live.length ? `published · ${rate(delSum)} delivered / s` : (statsOk ? '\u00a0' : 'needs a newer gateway');
+  syncConnsNodes(list);
   const versions = [...new Set(list.map((n) => n.version).filter(Boolean))];
   $('foot-version').textContent = versions.length ? `gateway ${versions.join(', ')}` : '';
 }
@@ -338,6 +401,110 @@ $('drain-form').addEventListener('submit', async (e) => {
     toast(`Drain of ${id} failed: ${err.message}`, 'error');
     if (err.status === 401) showError(err);
   }
+  refresh();
+});
+
+// ---- connections -----------------------------------------------------------------
+
+const CONNS_PAGE = 25;
+let connsNode = '';
+let connsCursors = ['']; // the cursor of each page up to the one shown
+let connsPage = 0;
+
+/** Keeps the node picker in line with the node list (this gateway first chosen). */
+function syncConnsNodes(list) {
+  const sel = $('conns-node');
+  const ids = list.map((n) => n.id);
+  if ([...sel.options].map((o) => o.value).join('\n') === ids.join('\n')) return;
+  const cur = sel.value;
+  replace(sel, list.map((n) => h('option', { value: n.id, text: isSelf(n) ? `${n.id} (this gateway)` : n.id })));
+  sel.value = ids.includes(cur) ? cur : (list.find(isSelf)?.id ?? ids[0] ?? '');
+}
+
+async function loadConns(page) {
+  const out = $('conns-result');
+  const node = connsNode;
+  if (!node) { result(out, 'error', 'No node to list'); return; }
+  try {
+    const res = await api.connections(node, connsCursors[page], CONNS_PAGE);
+    const list = Array.isArray(res?.connections) ? res.connections : [];
+    connsPage = page;
+    connsCursors.length = page + 1;
+    if (res?.cursor) connsCursors.push(res.cursor);
+    $('conns-prev').disabled = page === 0;
+    $('conns-next').disabled = !res?.cursor;
+    $('conns-page').textContent = `page ${page + 1}`;
+    if (!list.length) {
+      result(out, '', page ? `No more connections on ${node}` : `${node} has no open connection`);
+      return;
+    }
+    const now = Date.now();
+    const first = page * CONNS_PAGE + 1;
+    const table = h('table', { class: 'conn-table' },
+      h('thead', {}, h('tr', {}, ['User', 'Device', 'Transport', 'Rooms', 'Age', ''].map((x) => h('th', { text: x })))),
+      h('tbody', {}, list.map((c) => {
+        const rooms = Array.isArray(c.rooms) ? c.rooms : [];
+        return h('tr', { dataset: { conn: c.conn_id, user: c.user } },
+          h('td', { text: c.user, title: `connection ${c.conn_id}`, dataset: { label: 'User', field: 'user' } }),
+          h('td', { text: c.device ?? '', dataset: { label: 'Device', field: 'device' } }),
+          h('td', { text: c.transport ?? '', dataset: { label: 'Transport', field: 'transport' } }),
+          h('td', { class: 'rooms', text: rooms.length ? rooms.join(', ') : '–', dataset: { label: 'Rooms', field: 'rooms' } }),
+          h('td', { text: c.connected_at ? age(now - c.connected_at) : '–', title: c.connected_at ? clock(c.connected_at) : '', dataset: { label: 'Age', field: 'age' } }),
+          h('td', { class: 'act' }, h('button', { class: 'btn small danger-outline', type: 'button', dataset: { action: 'disconnect' }, text: 'Disconnect', onclick: () => askKick(node, c) })),
+        );
+      })));
+    result(out, 'ok', `${node} · connections ${first}–${first + list.length - 1}${res?.cursor ? '' : ' (last page)'}`, table);
+  } catch (err) {
+    result(out, 'error', errorText(err));
+    if (err.status === 401) showError(err);
+  }
+}
+
+/** A connection's age: "< 1 s", "42 s", "3 min 5 s". */
+function age(ms) {
+  return ms < 1000 ? '< 1 s' : duration(ms).replace(/\.\d/, '');
+}
+
+$('conns-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  connsNode = $('conns-node').value;
+  connsCursors = [''];
+  loadConns(0);
+});
+$('conns-prev').addEventListener('click', () => loadConns(Math.max(0, connsPage - 1)));
+$('conns-next').addEventListener('click', () => loadConns(connsPage + 1));
+
+let kickTarget = null;
+
+function askKick(node, c) {
+  kickTarget = { node, c };
+  const rooms = Array.isArray(c.rooms) && c.rooms.length ? `in ${c.rooms.join(', ')}` : 'in no room';
+  $('kick-title').textContent = `Disconnect ${c.user}?`;
+  $('kick-text').textContent = `The ${c.transport} connection ${c.conn_id} of ${c.user} on ${node} (device ${c.device}, ${rooms}) `
+    + 'will be closed with code 4003, "disconnected by the server API": a client does not reconnect by itself after it. '
+    + `${c.user}'s other connections stay open.`;
+  $('kick-dialog').showModal();
+  $('kick-cancel').focus();
+}
+
+$('kick-cancel').addEventListener('click', () => $('kick-dialog').close());
+$('kick-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  $('kick-dialog').close();
+  const t = kickTarget;
+  kickTarget = null;
+  if (!t) return;
+  const row = [...$('conns-result').querySelectorAll('tr[data-conn]')].find((r) => r.dataset.conn === t.c.conn_id);
+  row?.classList.add('closing');
+  try {
+    const res = await api.disconnectConn(t.c.conn_id);
+    toast(res?.disconnected ? `Disconnected ${t.c.user} (${t.c.conn_id})` : `Close of ${t.c.conn_id} requested; ${t.node} has not confirmed it yet`);
+  } catch (err) {
+    row?.classList.remove('closing');
+    toast(`Disconnect of ${t.c.conn_id} failed: ${err.message}`, 'error');
+    if (err.status === 401) showError(err);
+  }
+  if (connsNode === t.node) loadConns(connsPage);
   refresh();
 });
 
