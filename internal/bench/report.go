@@ -582,6 +582,8 @@ func (r *runner) checks(rep *Report) []Check {
 			fds := ""
 			if r.cfg.Scenario == ScenarioSend {
 				fds = "; fds not checked: the upstream sink's pool is not exported"
+			} else if r.cfg.Scenario == ScenarioDownstream {
+				fds = "; fds not checked: the downstream sources' pools are not exported"
 			}
 			add("leak check", r.leakFree(*t.Baseline, *t.Final),
 				"after close: connections %.0f (baseline %.0f), goroutines %.0f (baseline %.0f, tolerance %d), open fds %.0f (baseline %.0f, tolerance %d; Redis pool %.0f, baseline %.0f%s)",
