@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/wsgate/wsgate/internal/testutil/natstest"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
@@ -90,6 +92,27 @@ func TestDownstreamKafka(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	runDownstream(t, "kafka://"+strings.Join(c.ListenAddrs(), ",")+"/bench-ds", "kafka:bench-ds")
+	// The topic holds the 200 records, each keyed by its user.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("bench-ds"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := 0
+	for n < 200 && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			n++
+			var v struct{ Target struct{ ID string } }
+			if err := json.Unmarshal(r.Value, &v); err != nil || v.Target.ID != string(r.Key) {
+				t.Errorf("record %s/%d key %q, value %s", r.Topic, r.Offset, r.Key, r.Value)
+			}
+		})
+	}
+	if n != 200 {
+		t.Errorf("the topic holds %d records, want 200", n)
+	}
 }
 
 // TestDownstreamFlags: --source errors are one line, naming the flag.
