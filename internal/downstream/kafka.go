@@ -63,8 +63,12 @@ type kafkaSource struct {
 	cl     *kgo.Client
 	keySrc string
 
+	// The lag of the partitions this node holds: each node reports only
+	// its own, so that the nodes' gauges add up to the group's lag (a
+	// revoked partition's lag goes with it to its new owner).
 	lagMu sync.Mutex
-	lags  map[int32]int64 // partition -> records after the last one polled
+	owned map[int32]bool  // partitions assigned to this node
+	lags  map[int32]int64 // owned partition -> records after the last one polled
 }
 
 // kafkaSessionTimeout is how long a silent member keeps its partitions.
@@ -75,7 +79,8 @@ func openKafka(u *url.URL, opt Options) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &kafkaSource{core: newCore("kafka:"+o.topic, opt), opts: o, keySrc: "kafka/" + o.brokers[0] + "/" + o.group, lags: map[int32]int64{}}
+	s := &kafkaSource{core: newCore("kafka:"+o.topic, opt), opts: o, keySrc: "kafka/" + o.brokers[0] + "/" + o.group,
+		owned: map[int32]bool{}, lags: map[int32]int64{}}
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(o.brokers...),
 		kgo.ClientID("wsgate-"+opt.NodeID),
@@ -86,6 +91,7 @@ func openKafka(u *url.URL, opt Options) (Source, error) {
 		kgo.AutoCommitInterval(time.Second),
 		kgo.SessionTimeout(kafkaSessionTimeout),
 		kgo.HeartbeatInterval(time.Second),
+		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.revoked),
 		kgo.AllowAutoTopicCreation(), // TOPIC.dead, where the brokers allow it
@@ -104,7 +110,8 @@ func (s *kafkaSource) Close() error { s.cl.Close(); return nil }
 // revoked runs before partitions move to another member: the records in
 // hand finish (for Grace at most), then the marked offsets are committed,
 // so that the next owner starts after them.
-func (s *kafkaSource) revoked(ctx context.Context, cl *kgo.Client, _ map[string][]int32) {
+func (s *kafkaSource) revoked(ctx context.Context, cl *kgo.Client, gone map[string][]int32) {
+	defer s.disown(gone[s.opts.topic])
 	deadline := time.Now().Add(s.opt.Grace)
 	for s.free() < cap(s.slots) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
@@ -114,6 +121,35 @@ func (s *kafkaSource) revoked(ctx context.Context, cl *kgo.Client, _ map[string]
 	if err := cl.CommitMarkedOffsets(cctx); err != nil {
 		s.log.Warn("commit before a rebalance failed; the next owner handles those records again (once: their keys)", "err", err)
 	}
+}
+
+// assigned records the partitions this node now holds.
+func (s *kafkaSource) assigned(_ context.Context, _ *kgo.Client, got map[string][]int32) {
+	s.lagMu.Lock()
+	for _, p := range got[s.opts.topic] {
+		s.owned[p] = true
+	}
+	s.lagMu.Unlock()
+}
+
+// disown forgets the partitions this node no longer holds, and their lag.
+func (s *kafkaSource) disown(ps []int32) {
+	s.lagMu.Lock()
+	for _, p := range ps {
+		delete(s.owned, p)
+		delete(s.lags, p)
+	}
+	s.setLagLocked()
+	s.lagMu.Unlock()
+}
+
+// setLagLocked sets the gauge to the sum of the owned partitions' lags.
+func (s *kafkaSource) setLagLocked() {
+	var sum int64
+	for _, l := range s.lags {
+		sum += l
+	}
+	s.lag.Set(float64(sum))
 }
 
 // Run implements Source.
@@ -150,13 +186,11 @@ func (s *kafkaSource) readLoop(ctx, hctx context.Context) {
 			}
 			last := p.Records[len(p.Records)-1]
 			s.lagMu.Lock()
-			s.lags[p.Partition] = max(p.HighWatermark-last.Offset-1, 0)
-			var sum int64
-			for _, l := range s.lags {
-				sum += l
+			if s.owned[p.Partition] { // not a fetch buffered before a revoke
+				s.lags[p.Partition] = max(p.HighWatermark-last.Offset-1, 0)
+				s.setLagLocked()
 			}
 			s.lagMu.Unlock()
-			s.lag.Set(float64(sum))
 			recs = append(recs, p.Records...)
 		})
 		fs.EachError(func(t string, p int32, err error) {
