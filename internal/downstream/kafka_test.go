@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -147,4 +148,52 @@ func TestKafkaLagOwnPartitionsOnly(t *testing.T) {
 			t.Errorf("partition %d's lag is reported by both nodes (n1 %v, n2 %v): the sum counts it twice", p, la, lb)
 		}
 	}
+}
+
+// TestKafkaLagWhileEveryRecordIsRetried: the lag follows the records
+// produced while the node polls nothing (its one record in hand is
+// answered unavailable, again and again).
+func TestKafkaLagWhileEveryRecordIsRetried(t *testing.T) {
+	topic := randName("lag-")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Close)
+	produce := func(from, n int) {
+		t.Helper()
+		var recs []*kgo.Record
+		for i := range n {
+			recs = append(recs, &kgo.Record{Value: body("u", from+i)})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	g := newFakeGateway()
+	g.unavailable = func(Record) bool { return true }
+	produce(0, 5)
+	src, _ := runSource(t, "kafka://"+strings.Join(addrs, ",")+"/"+topic, "n1", Options{Handler: g.handler("n1"), InFlight: 1})
+	s := src.(*kafkaSource)
+	lag := func() float64 {
+		var m dto.Metric
+		_ = s.lag.Write(&m)
+		return m.GetGauge().GetValue()
+	}
+	// One record polled and retried: the 4 after it wait.
+	await(t, 30*time.Second, "the first lag", func() (bool, string) {
+		return g.calls.Load() > 0 && lag() == 4, fmt.Sprintf("lag %v, %d calls", lag(), g.calls.Load())
+	})
+	produce(5, 7)
+	await(t, 30*time.Second, "the lag of the records produced since", func() (bool, string) {
+		return lag() == 11, fmt.Sprintf("lag %v, %d calls", lag(), g.calls.Load())
+	})
 }
