@@ -105,8 +105,14 @@ func writeFailure(err error) string {
 	return trim("write failed: "+err.Error(), 80)
 }
 
-// downstreamReport fills the downstream part from the message counts.
-func (r *runner) downstreamReport(m *MessagesReport) *DownstreamReport {
+// downstreamReport fills the downstream part from the message counts,
+// with a warning when records were written and none arrived.
+func (r *runner) downstreamReport(rep *Report) *DownstreamReport {
+	m := rep.Messages
+	if m.Sent > 0 && m.Received == 0 {
+		rep.Warnings = append(rep.Warnings, "no record written to the source reached a connection: "+
+			"do the nodes consume it (WSGATE_DOWNSTREAM_URL, the same stream, subject or topic)?")
+	}
 	d := &DownstreamReport{Written: m.Sent, WriteErrors: m.PublishErrors, WriteRate: m.AchievedRate}
 	if r.ds != nil {
 		d.Source = r.ds.Name()

@@ -115,6 +115,21 @@ func TestDownstreamKafka(t *testing.T) {
 	}
 }
 
+// TestDownstreamNotConsumed: records written into a source the node does
+// not consume are all lost, and the report says what to check.
+func TestDownstreamNotConsumed(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Options{})
+	g := startGateway(t, "dev", "WSGATE_DOWNSTREAM_URL="+srv.URL()+"?stream=consumed")
+	res := runBench(t, "downstream", "--url", g.wsURL(), "--source", srv.URL()+"?stream=other", "--conns", "10",
+		"--rate", "20", "--duration", "1s", "--settle", "1s")
+	if m := res.rep.Messages; res.code != 1 || m.Sent != 20 || m.Lost != 20 {
+		t.Errorf("exit status %d, sent %d, lost %d; want 1, 20, 20", res.code, m.Sent, m.Lost)
+	}
+	if !strings.Contains(res.stdout, "warning: no record written to the source reached a connection") {
+		t.Errorf("no warning in the summary:\n%s", res.stdout)
+	}
+}
+
 // TestDownstreamFlags: --source errors are one line, naming the flag.
 func TestDownstreamFlags(t *testing.T) {
 	noEnv := func(string) (string, bool) { return "", false }

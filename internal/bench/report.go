@@ -323,7 +323,7 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 		rep.Storm = r.stormReport()
 	}
 	if cfg.Scenario == ScenarioDownstream {
-		rep.Downstream = r.downstreamReport(rep.Messages)
+		rep.Downstream = r.downstreamReport(rep)
 	}
 	if cfg.Scenario == ScenarioSoak {
 		rep.Soak = r.soakReport()
