@@ -103,7 +103,11 @@ print(f'{mode:<9} {way:<10} {m["achieved_rate"]:12.0f} {rate:12.0f} {m["lost"]:9
 EOF
 }
 
+# waits: the WAIT commands the master has run (reliable publishes confirmed by the replica).
+waits() { redis-cli -p "$rport" info commandstats | awk -F'[=,:]' '$1 == "cmdstat_wait" { print $3; f = 1 } END { if (!f) print 0 }'; }
+
 for mode in $modes; do
+	waits0=$(waits)
 	gws=() urls=() apis=()
 	for i in 1 2 3; do
 		port=$(free_port)
@@ -133,6 +137,7 @@ for mode in $modes; do
 	for pid in "${gws[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
+	echo "replicas $mode: the master ran $(($(waits) - waits0)) WAIT commands" | tee -a "$out/result.txt"
 done
 echo "downstream-throughput: exit status $status; reports in $out"
 exit "$status"
