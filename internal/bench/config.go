@@ -30,7 +30,7 @@ const (
 )
 
 // Scenarios lists every scenario in the order of the help.
-var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend, ScenarioSoak}
+var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend, ScenarioSoak, ScenarioDownstream}
 
 // defaultRate is the --rate of each scenario when the flag is 0.
 var defaultRate = map[string]float64{
@@ -101,6 +101,8 @@ type Config struct {
 	// EndRamp, when it closes, stops opening connections (SIGUSR2).
 	EndRamp <-chan struct{} `json:"-"`
 
+	Source string // --source (downstream): the source URL the records are written into
+
 	// The soak (soak.go).
 	ChurnRate     float64       // --churn-rate: connections closed and reopened per second
 	BroadcastRate float64       // --broadcast-rate: broadcasts per second
@@ -139,6 +141,7 @@ type settings struct {
 	retry                          bool
 	dialing                        int
 	listen                         bool
+	source                         string
 }
 
 // newSet registers every bench setting (flag, WSGATE_ env and YAML key,
@@ -159,7 +162,9 @@ func newSet(s *settings) *config.Set {
 		"  send       send frames at --rate to the node's upstream sink: replies ok/unavailable, reply latency, CPU per record\n" +
 		"  soak       --conns idle connections, --churn-rate of them reopened per second, --rate reliable user messages and\n" +
 		"             --broadcast-rate broadcasts per second for --duration (default 10m): 0 lost, 0 duplicated, node RSS,\n" +
-		"             goroutines and descriptors within --tolerance after --warmup"
+		"             goroutines and descriptors within --tolerance after --warmup\n" +
+		"  downstream reliable user messages written at --rate as records into --source (the nodes' WSGATE_DOWNSTREAM_URL):\n" +
+		"             write-to-receipt latency, loss, records/s written and delivered"
 	set.List(&s.url, "url", []string{"ws://127.0.0.1:8080/ws"}, "gateway WebSocket URL, or a comma list of node URLs (connections spread round-robin)")
 	set.String(&s.allocator, "allocator", "", "allocator base URL (http://host:port); when set, every dial asks /v1/allocate?user= first")
 	set.List(&s.api, "api", nil, "comma list of node HTTP base URLs for publishing and room membership").DefaultText("derived from --url")
@@ -198,6 +203,8 @@ func newSet(s *settings) *config.Set {
 	set.String(&s.runID, "run-id", "", "the run's id in every message's data (default: random); processes that share it count each other's messages")
 	set.Bool(&s.listen, "listen", false, "connect: count the broadcasts of --run-id (stream 0) that others publish while the connections are held; "+
 		"SIGUSR1 ends the hold before --settle (several bench processes measuring one broadcast: scripts/million.sh)")
+	set.String(&s.source, "source", "", "downstream: the source the nodes consume, in WSGATE_DOWNSTREAM_URL's syntax (one URL): "+
+		"redis://host:port/db?stream=NAME, nats://host:port?stream=STREAM&subject=SUBJ, kafka://broker:9092/TOPIC")
 	set.Float(&s.churnRate, "churn-rate", 200, "soak: connections closed and reopened per second")
 	set.Float(&s.broadcastRate, "broadcast-rate", 1, "soak: broadcasts per second")
 	set.Duration(&s.sampleEvery, "sample-every", 5*time.Second, "soak: how often the nodes' RSS, goroutines and descriptors are read")
@@ -217,7 +224,7 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		Conns: s.conns, Users: s.users, Rooms: s.rooms, Rate: s.rate, Duration: s.duration,
 		Settle: s.settle, Ramp: s.ramp, Inflight: s.inflight, Size: s.size, Fill: s.fill, Compress: s.compression, Reliable: s.reliable,
 		Class: s.class, JSONFile: s.jsonFile, HTMLFile: s.htmlFile, NoProgress: s.quiet,
-		CPUProfile: s.cpuProfile, Reader: s.reader, Transport: client.Transport(s.transport), Spin: s.spin, CAFile: s.caFile, Join: s.join, RunID: s.runID, Listen: s.listen, UserOffset: s.userOffset, RetryInitial: s.retry, Dialing: s.dialing,
+		CPUProfile: s.cpuProfile, Reader: s.reader, Transport: client.Transport(s.transport), Spin: s.spin, CAFile: s.caFile, Join: s.join, RunID: s.runID, Listen: s.listen, UserOffset: s.userOffset, RetryInitial: s.retry, Dialing: s.dialing, Source: s.source,
 		ChurnRate: s.churnRate, BroadcastRate: s.broadcastRate, SampleEvery: s.sampleEvery, Warmup: s.warmup, TolerancePct: s.tol,
 	}
 	f, err := protocol.ParseFormat(s.format)
@@ -291,6 +298,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Transport == "" {
 		c.Transport = client.WebSocket
+	}
+	if c.Scenario == ScenarioDownstream {
+		c.Reliable = true // the records are reliable user messages
 	}
 	if c.Scenario == ScenarioSoak {
 		c.Reliable = true // the soak's user messages are reliable
@@ -400,7 +410,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--transport must be websocket, sse or stream, got %q", c.Transport)
 	case c.Transport != client.WebSocket && (c.Format != protocol.JSON || c.Compress):
 		return fmt.Errorf("--transport %s carries JSON frames without compression (contract §18)", c.Transport)
-	case c.Reliable && c.Scenario != ScenarioPush && c.Scenario != ScenarioSoak:
+	case c.Reliable && c.Scenario != ScenarioPush && c.Scenario != ScenarioSoak && c.Scenario != ScenarioDownstream:
 		return errors.New("--reliable is only for push: reliable delivery is for user targets (contract §5)")
 	case len(c.API) == 0 && c.needsAPI():
 		return fmt.Errorf("--api is required for %s (node HTTP base URLs)", c.Scenario)
@@ -409,6 +419,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.validateListen(); err != nil {
+		return err
+	}
+	if err := c.validateSource(); err != nil {
 		return err
 	}
 	if c.Scenario == ScenarioSoak {
@@ -436,5 +449,5 @@ func (c Config) needsAPI() bool {
 }
 
 func (c Config) needsRate() bool {
-	return c.needsAPI() || c.Scenario == ScenarioChurn || c.Scenario == ScenarioSend
+	return c.needsAPI() || c.Scenario == ScenarioChurn || c.Scenario == ScenarioSend || c.Scenario == ScenarioDownstream
 }

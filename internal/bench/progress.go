@@ -129,7 +129,7 @@ func (p *progress) write(pt Point, total *Snapshot) {
 		fmt.Fprintf(&b, " reconn %d", n)
 	}
 	switch r.cfg.Scenario {
-	case ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioSoak:
+	case ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioSoak, ScenarioDownstream:
 		fmt.Fprintf(&b, " | sent %d (+%d/s) recv %d (+%d/s) dup %d", r.sent.Load(), pt.Sent, r.received.Load(), pt.Received, r.dups.Load())
 		if r.cfg.Scenario == ScenarioSoak {
 			fmt.Fprintf(&b, " | cycles %d bcast %d", r.churnCycles.Load(), r.soakState.bsent.Load())

@@ -32,13 +32,17 @@ type pubMsg struct {
 // schedule the publisher fell.
 func (r *runner) publish(ctx context.Context) {
 	r.setPhase("publishing")
-	batch := r.cfg.Scenario == ScenarioPush || r.cfg.Scenario == ScenarioSoak
+	batch := r.cfg.Scenario == ScenarioPush || r.cfg.Scenario == ScenarioSoak || r.cfg.Scenario == ScenarioDownstream
 	jobs := make(chan []pubMsg, r.cfg.Inflight)
 	var wg sync.WaitGroup
 	var rr atomic.Uint64
 	for range r.cfg.Inflight {
 		wg.Go(func() {
 			for job := range jobs {
+				if r.ds != nil {
+					r.writeRecords(ctx, job) // downstream.go
+					continue
+				}
 				api := r.cfg.API[(rr.Add(1)-1)%uint64(len(r.cfg.API))]
 				r.send(ctx, api, job, batch)
 			}

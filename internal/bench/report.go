@@ -33,6 +33,7 @@ type Report struct {
 	Sends       *SendsReport       `json:"sends,omitempty"`
 	Soak        *SoakReport        `json:"soak,omitempty"`
 	Listen      *ListenReport      `json:"listen,omitempty"`
+	Downstream  *DownstreamReport  `json:"downstream,omitempty"`
 	Nodes       []NodeReport       `json:"nodes"`
 	Total       NodeReport         `json:"nodes_total"`
 	Derived     Derived            `json:"derived"`
@@ -305,7 +306,7 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 	}
 
 	// Messages.
-	if cfg.needsAPI() {
+	if cfg.needsAPI() || cfg.Scenario == ScenarioDownstream {
 		rep.Messages = r.messagesReport()
 		l := latencyReport(r.lat.Snapshot(), true)
 		rep.Latency = &l
@@ -320,6 +321,9 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 	}
 	if cfg.Scenario == ScenarioStorm {
 		rep.Storm = r.stormReport()
+	}
+	if cfg.Scenario == ScenarioDownstream {
+		rep.Downstream = r.downstreamReport(rep)
 	}
 	if cfg.Scenario == ScenarioSoak {
 		rep.Soak = r.soakReport()
@@ -541,7 +545,11 @@ func (r *runner) checks(rep *Report) []Check {
 		for _, k := range slices.Sorted(maps.Keys(m.PublishErrorWhy)) {
 			why += fmt.Sprintf(", %s: %d", k, m.PublishErrorWhy[k])
 		}
-		add("publish", m.PublishErrors == 0 && m.Sent > 0, "%d messages accepted by the API, %d refused or failed%s", m.Sent, m.PublishErrors, why)
+		by := "accepted by the API"
+		if r.ds != nil {
+			by = "written to the source"
+		}
+		add("publish", m.PublishErrors == 0 && m.Sent > 0, "%d messages %s, %d refused or failed%s", m.Sent, by, m.PublishErrors, why)
 		add("accounting", m.Expected == m.Received+m.Lost, "expected %d = received %d + lost %d", m.Expected, m.Received, m.Lost)
 		add("misrouted", m.Misrouted == 0, "%d messages reached a connection they were not for", m.Misrouted)
 		if m.Reliable {
@@ -574,6 +582,8 @@ func (r *runner) checks(rep *Report) []Check {
 			fds := ""
 			if r.cfg.Scenario == ScenarioSend {
 				fds = "; fds not checked: the upstream sink's pool is not exported"
+			} else if r.cfg.Scenario == ScenarioDownstream {
+				fds = "; fds not checked: the downstream sources' pools are not exported"
 			}
 			add("leak check", r.leakFree(*t.Baseline, *t.Final),
 				"after close: connections %.0f (baseline %.0f), goroutines %.0f (baseline %.0f, tolerance %d), open fds %.0f (baseline %.0f, tolerance %d; Redis pool %.0f, baseline %.0f%s)",
@@ -658,6 +668,8 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, ", %g cycles/s for %gs", cfg.Rate, cfg.DurationS)
 	case ScenarioSend:
 		fmt.Fprintf(w, ", %g sends/s for %gs, %d B data", cfg.Rate, cfg.DurationS, cfg.Size)
+	case ScenarioDownstream:
+		fmt.Fprintf(w, ", %g reliable records/s for %gs, %d B data, class %s", cfg.Rate, cfg.DurationS, cfg.Size, cfg.Class)
 	}
 	if cfg.Join != "" {
 		fmt.Fprintf(w, ", each joining room %s", cfg.Join)
@@ -700,9 +712,14 @@ func (rep *Report) WriteSummary(w io.Writer) {
 				fmtMS(l.P50MS), fmtMS(l.P95MS), fmtMS(l.P99MS), fmtMS(l.MaxMS), fmtMS(l.P999MS), fmtMS(l.MeanMS), l.Count)
 		}
 		if a := rep.PublishAPI; a != nil && a.Count > 0 {
-			fmt.Fprintf(tw, "  API request\tp50 %s\tp99 %s\tmax %s\t%d requests\n", fmtMS(a.P50MS), fmtMS(a.P99MS), fmtMS(a.MaxMS), a.Count)
+			label := "API request"
+			if rep.Downstream != nil {
+				label = "source write"
+			}
+			fmt.Fprintf(tw, "  %s\tp50 %s\tp99 %s\tmax %s\t%d requests\n", label, fmtMS(a.P50MS), fmtMS(a.P99MS), fmtMS(a.MaxMS), a.Count)
 		}
 	}
+	rep.writeDownstream(tw)
 	if s := rep.Sends; s != nil {
 		fmt.Fprintf(tw, "sends\twritten %d\tok %d\tunavailable %d\trefused %d\tunanswered %d\t(skipped %d, write errors %d)\n",
 			s.Written, s.OK, s.Unavailable, s.Refused, s.Unanswered, s.Skipped, s.WriteErrors)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/downstream"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -90,6 +91,8 @@ type runner struct {
 
 	sends     sendState // the send scenario
 	soakState soakState // the soak scenario
+
+	ds *downstream.Producer // the downstream scenario's source (downstream.go)
 
 	// storm
 	stormOn                  atomic.Bool
@@ -196,7 +199,7 @@ func (r *runner) buildSlots() {
 	switch cfg.Scenario {
 	case ScenarioBroadcast:
 		r.streams = []*stream{{id: 0, target: []byte(`{"type":"broadcast"}`)}}
-	case ScenarioPush, ScenarioSoak:
+	case ScenarioPush, ScenarioSoak, ScenarioDownstream:
 		r.streams = make([]*stream, cfg.Users)
 		for u := range cfg.Users {
 			r.streams[u] = &stream{id: uint64(u), target: target(protocol.TargetUser, r.user(u)), reliable: cfg.Reliable}
@@ -220,7 +223,7 @@ func (r *runner) buildSlots() {
 		switch cfg.Scenario {
 		case ScenarioBroadcast:
 			s.stream = r.streams[0]
-		case ScenarioPush:
+		case ScenarioPush, ScenarioDownstream:
 			s.stream = r.streams[u]
 		case ScenarioSoak:
 			s.stream, s.bcast = r.streams[u], r.soakState.bstream
@@ -442,7 +445,7 @@ func leakFree(base, t NodeSample) bool {
 // Redis or NATS client of its own, not in wsgate_backend_pool_connections)
 // grows under load and keeps idle connections too.
 func (r *runner) leakFree(base, t NodeSample) bool {
-	if r.cfg.Scenario == ScenarioSend {
+	if r.cfg.Scenario == ScenarioSend || r.cfg.Scenario == ScenarioDownstream {
 		t.OpenFDs, t.BackendConns = base.OpenFDs, base.BackendConns
 	}
 	return leakFree(base, t)

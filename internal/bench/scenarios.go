@@ -22,6 +22,12 @@ import (
 //	final     poll until the nodes are back to the baseline (at most
 //	          max(--settle, 5s))
 func (r *runner) scenario(ctx context.Context) error {
+	if r.cfg.Scenario == ScenarioDownstream {
+		if err := r.openSource(ctx); err != nil {
+			return err
+		}
+		defer r.ds.Close()
+	}
 	r.setPhase("baseline")
 	base := sumSamples(r.sample(ctx, "baseline"))
 	if r.cfg.Scenario == ScenarioRoom {
@@ -44,7 +50,7 @@ func (r *runner) scenario(ctx context.Context) error {
 		r.hold(ctx)
 		r.openAtEnd = r.open.Load()
 		r.sample(ctx, "end")
-	case ScenarioBroadcast, ScenarioPush, ScenarioRoom:
+	case ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioDownstream:
 		r.publish(ctx)
 		r.drain(ctx)
 		r.openAtEnd = r.open.Load()

@@ -195,7 +195,9 @@ func clusterOptions(opt *redis.ClusterOptions) *redis.ClusterOptions {
 
 // NewRedisClient builds a go-redis client for any URL that WSGATE_REDIS_URL
 // accepts, with the timeouts of the cluster backend (the upstream Redis
-// Streams sink uses it, so both speak the same URL grammar).
+// Streams sink uses it, so both speak the same URL grammar). go-redis's
+// own log lines go to slog at debug level, as the backend's do.
 func NewRedisClient(rawURL string) (redis.UniversalClient, error) {
+	redisLogOnce.Do(func() { redis.SetLogger(goRedisLogger{}) })
 	return newRedisClient(rawURL)
 }

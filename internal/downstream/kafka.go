@@ -11,7 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // A Kafka source (contract section 20):
@@ -63,8 +65,13 @@ type kafkaSource struct {
 	cl     *kgo.Client
 	keySrc string
 
+	// The lag of the partitions this node holds: each node reports only
+	// its own, so that the nodes' gauges add up to the group's lag (a
+	// revoked partition's lag goes with it to its new owner).
 	lagMu sync.Mutex
-	lags  map[int32]int64 // partition -> records after the last one polled
+	owned map[int32]bool  // partitions assigned to this node
+	lags  map[int32]int64 // owned partition -> records after the last one polled
+	next  map[int32]int64 // owned partition -> the offset after the last one polled
 }
 
 // kafkaSessionTimeout is how long a silent member keeps its partitions.
@@ -75,7 +82,8 @@ func openKafka(u *url.URL, opt Options) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &kafkaSource{core: newCore("kafka:"+o.topic, opt), opts: o, keySrc: "kafka/" + o.brokers[0] + "/" + o.group, lags: map[int32]int64{}}
+	s := &kafkaSource{core: newCore("kafka:"+o.topic, opt), opts: o, keySrc: "kafka/" + o.brokers[0] + "/" + o.group,
+		owned: map[int32]bool{}, lags: map[int32]int64{}, next: map[int32]int64{}}
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(o.brokers...),
 		kgo.ClientID("wsgate-"+opt.NodeID),
@@ -86,6 +94,7 @@ func openKafka(u *url.URL, opt Options) (Source, error) {
 		kgo.AutoCommitInterval(time.Second),
 		kgo.SessionTimeout(kafkaSessionTimeout),
 		kgo.HeartbeatInterval(time.Second),
+		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.revoked),
 		kgo.AllowAutoTopicCreation(), // TOPIC.dead, where the brokers allow it
@@ -104,7 +113,8 @@ func (s *kafkaSource) Close() error { s.cl.Close(); return nil }
 // revoked runs before partitions move to another member: the records in
 // hand finish (for Grace at most), then the marked offsets are committed,
 // so that the next owner starts after them.
-func (s *kafkaSource) revoked(ctx context.Context, cl *kgo.Client, _ map[string][]int32) {
+func (s *kafkaSource) revoked(ctx context.Context, cl *kgo.Client, gone map[string][]int32) {
+	defer s.disown(gone[s.opts.topic])
 	deadline := time.Now().Add(s.opt.Grace)
 	for s.free() < cap(s.slots) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
@@ -116,14 +126,47 @@ func (s *kafkaSource) revoked(ctx context.Context, cl *kgo.Client, _ map[string]
 	}
 }
 
+// assigned records the partitions this node now holds.
+func (s *kafkaSource) assigned(_ context.Context, _ *kgo.Client, got map[string][]int32) {
+	s.lagMu.Lock()
+	for _, p := range got[s.opts.topic] {
+		s.owned[p] = true
+	}
+	s.lagMu.Unlock()
+}
+
+// disown forgets the partitions this node no longer holds, and their lag.
+func (s *kafkaSource) disown(ps []int32) {
+	s.lagMu.Lock()
+	for _, p := range ps {
+		delete(s.owned, p)
+		delete(s.lags, p)
+		delete(s.next, p)
+	}
+	s.setLagLocked()
+	s.lagMu.Unlock()
+}
+
+// setLagLocked sets the gauge to the sum of the owned partitions' lags.
+func (s *kafkaSource) setLagLocked() {
+	var sum int64
+	for _, l := range s.lags {
+		sum += l
+	}
+	s.lag.Set(float64(sum))
+}
+
 // Run implements Source.
 func (s *kafkaSource) Run(ctx context.Context) {
 	hctx, stop := s.handleCtx(ctx)
 	defer stop()
 	s.startLanes()
 	s.log.Info("consuming", "topic", s.opts.topic, "group", s.opts.group, "in_flight", s.opt.InFlight)
+	var bg sync.WaitGroup
+	bg.Go(func() { s.lagLoop(ctx) })
 	s.readLoop(ctx, hctx)
 	s.stopLanes()
+	bg.Wait()
 	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := s.cl.CommitMarkedOffsets(cctx); err != nil {
 		s.log.Warn("last commit failed; those records come again (once: their keys)", "err", err)
@@ -150,13 +193,12 @@ func (s *kafkaSource) readLoop(ctx, hctx context.Context) {
 			}
 			last := p.Records[len(p.Records)-1]
 			s.lagMu.Lock()
-			s.lags[p.Partition] = max(p.HighWatermark-last.Offset-1, 0)
-			var sum int64
-			for _, l := range s.lags {
-				sum += l
+			if s.owned[p.Partition] { // not a fetch buffered before a revoke
+				s.lags[p.Partition] = max(p.HighWatermark-last.Offset-1, 0)
+				s.next[p.Partition] = last.Offset + 1
+				s.setLagLocked()
 			}
 			s.lagMu.Unlock()
-			s.lag.Set(float64(sum))
 			recs = append(recs, p.Records...)
 		})
 		fs.EachError(func(t string, p int32, err error) {
@@ -195,4 +237,84 @@ func (s *kafkaSource) process(ctx context.Context, kr *kgo.Record) {
 	}
 	s.cl.MarkCommitRecords(kr)
 	s.count(r, o)
+}
+
+// lagLoop refreshes the lag of the owned partitions every lagEvery from
+// their end offsets, so that it also grows while the node polls nothing
+// (every record in hand is being retried): end offset minus the offset
+// after the last one polled, or, for a partition not polled yet, minus
+// the group's committed offset (the earliest offset without one).
+func (s *kafkaSource) lagLoop(ctx context.Context) {
+	t := time.NewTicker(lagEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.lagMu.Lock()
+		owned := make([]int32, 0, len(s.owned))
+		for p := range s.owned {
+			owned = append(owned, p)
+		}
+		s.lagMu.Unlock()
+		if len(owned) == 0 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		end, err1 := s.listOffsets(cctx, owned, -1)
+		start, err2 := s.listOffsets(cctx, owned, -2)
+		cancel()
+		if err := errors.Join(err1, err2); err != nil {
+			s.log.Debug("kafka lag: listing offsets failed", "err", err)
+			continue
+		}
+		committed := s.cl.CommittedOffsets()[s.opts.topic]
+		s.lagMu.Lock()
+		for _, p := range owned {
+			e, ok := end[p]
+			if !ok || !s.owned[p] {
+				continue
+			}
+			from, polled := s.next[p]
+			if !polled {
+				from = start[p]
+				if c, ok := committed[p]; ok && c.Offset >= 0 {
+					from = c.Offset
+				}
+			}
+			s.lags[p] = max(e-from, 0)
+		}
+		s.setLagLocked()
+		s.lagMu.Unlock()
+	}
+}
+
+// listOffsets returns the latest (ts -1) or earliest (ts -2) offset of
+// each partition of the topic.
+func (s *kafkaSource) listOffsets(ctx context.Context, ps []int32, ts int64) (map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	t := kmsg.NewListOffsetsRequestTopic()
+	t.Topic = s.opts.topic
+	for _, p := range ps {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = p, ts
+		t.Partitions = append(t.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				return nil, fmt.Errorf("partition %d: %w", rp.Partition, err)
+			}
+			out[rp.Partition] = rp.Offset
+		}
+	}
+	return out, nil
 }

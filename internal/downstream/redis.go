@@ -104,14 +104,24 @@ type redisSource struct {
 	targets map[string][]string  // targets of other entries (order guard)
 }
 
-func openRedis(u *url.URL, opt Options) (Source, error) {
+// redisClient parses a redis source URL and makes its client (nothing
+// is dialled yet).
+func redisClient(u *url.URL) (redisOpts, redis.UniversalClient, error) {
 	o, err := redisTarget(u)
 	if err != nil {
-		return nil, err
+		return o, nil, err
 	}
 	c, err := cluster.NewRedisClient(o.clientURL)
 	if err != nil {
-		return nil, fmt.Errorf("source %w", err)
+		return o, nil, fmt.Errorf("source %w", err)
+	}
+	return o, c, nil
+}
+
+func openRedis(u *url.URL, opt Options) (Source, error) {
+	o, c, err := redisClient(u)
+	if err != nil {
+		return nil, err
 	}
 	db := strings.Trim(u.Path, "/")
 	return &redisSource{

@@ -36,6 +36,14 @@ type sourceHarness struct {
 // returned stop is called (or the test ends).
 func startSource(t *testing.T, h *sourceHarness, node string, opt Options) (stop func()) {
 	t.Helper()
+	_, stop = runSource(t, h.url, node, opt)
+	return stop
+}
+
+// runSource opens url as node and runs it until the returned stop is
+// called (or the test ends).
+func runSource(t *testing.T, url, node string, opt Options) (src Source, stop func()) {
+	t.Helper()
 	opt.NodeID = node
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New()
@@ -44,9 +52,9 @@ func startSource(t *testing.T, h *sourceHarness, node string, opt Options) (stop
 		opt.Grace = 200 * time.Millisecond
 	}
 	opt.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("test_node", node)
-	src, err := Open(h.url, opt)
+	src, err := Open(url, opt)
 	if err != nil {
-		t.Fatalf("open %s: %v", h.url, err)
+		t.Fatalf("open %s: %v", url, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -63,7 +71,7 @@ func startSource(t *testing.T, h *sourceHarness, node string, opt Options) (stop
 		})
 	}
 	t.Cleanup(stop)
-	return stop
+	return src, stop
 }
 
 // runSourceSuite runs the tests every source must pass.
