@@ -27,10 +27,11 @@ const (
 	ScenarioStorm     = "storm"
 	ScenarioSend      = "send"
 	ScenarioSoak      = "soak"
+	ScenarioTicker    = "ticker"
 )
 
 // Scenarios lists every scenario in the order of the help.
-var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend, ScenarioSoak}
+var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend, ScenarioSoak, ScenarioTicker}
 
 // defaultRate is the --rate of each scenario when the flag is 0.
 var defaultRate = map[string]float64{
@@ -40,6 +41,7 @@ var defaultRate = map[string]float64{
 	ScenarioChurn:     100,  // connections closed and reopened per second
 	ScenarioSend:      1000, // send frames per second
 	ScenarioSoak:      5000, // reliable user messages per second
+	ScenarioTicker:    100,  // ticker updates per second
 }
 
 // soakDuration is the --duration of the soak when the flag is not given.
@@ -108,6 +110,8 @@ type Config struct {
 	Warmup        time.Duration // --warmup: not judged for stability
 	TolerancePct  float64       // --tolerance: stability band, percent of the baseline
 
+	Ticker TickerConfig // the ticker scenario (ticker.go)
+
 	// Progress receives the live progress line (nil = none); Run writes
 	// one line per second, overwritten when ProgressTTY is set.
 	Progress    io.Writer `json:"-"`
@@ -139,6 +143,7 @@ type settings struct {
 	retry                          bool
 	dialing                        int
 	listen                         bool
+	ticker                         tickerSettings
 }
 
 // newSet registers every bench setting (flag, WSGATE_ env and YAML key,
@@ -159,7 +164,9 @@ func newSet(s *settings) *config.Set {
 		"  send       send frames at --rate to the node's upstream sink: replies ok/unavailable, reply latency, CPU per record\n" +
 		"  soak       --conns idle connections, --churn-rate of them reopened per second, --rate reliable user messages and\n" +
 		"             --broadcast-rate broadcasts per second for --duration (default 10m): 0 lost, 0 duplicated, node RSS,\n" +
-		"             goroutines and descriptors within --tolerance after --warmup"
+		"             goroutines and descriptors within --tolerance after --warmup\n" +
+		"  ticker     --conns in one room, realtime updates with --keys conflation keys at --rate, --slow of the readers slow:\n" +
+		"             fast readers get every update, slow ones end with the latest value of each key; conflated count"
 	set.List(&s.url, "url", []string{"ws://127.0.0.1:8080/ws"}, "gateway WebSocket URL, or a comma list of node URLs (connections spread round-robin)")
 	set.String(&s.allocator, "allocator", "", "allocator base URL (http://host:port); when set, every dial asks /v1/allocate?user= first")
 	set.List(&s.api, "api", nil, "comma list of node HTTP base URLs for publishing and room membership").DefaultText("derived from --url")
@@ -205,6 +212,7 @@ func newSet(s *settings) *config.Set {
 	set.Float(&s.tol, "tolerance", 5, "soak: after --warmup each node's RSS, goroutines and descriptors must stay within this many percent of their baseline")
 	set.String(&s.transport, "transport", string(client.WebSocket), "how the connections carry the session: websocket, sse (GET /sse) or stream (POST /stream); "+
 		"sse and stream connections are read by a goroutine each and post their frames to /v1/conn/{id}")
+	registerTicker(set, &s.ticker)
 	set.String(&s.reader, "reader", ReaderLoop, "how the bench reads its connections: loop (an epoll event loop, ws:// only) or goroutine (one goroutine per connection, client.Conn.ReadRaw)")
 	return set
 }
@@ -225,6 +233,9 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		return cfg, fmt.Errorf("--format: %v", err)
 	}
 	cfg.Format = f
+	if cfg.Ticker, err = s.ticker.config(); err != nil {
+		return cfg, err
+	}
 	if s.caFile != "" {
 		pem, err := os.ReadFile(s.caFile)
 		if err != nil {
@@ -291,6 +302,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Transport == "" {
 		c.Transport = client.WebSocket
+	}
+	if c.Scenario == ScenarioTicker {
+		c = c.tickerDefaults()
 	}
 	if c.Scenario == ScenarioSoak {
 		c.Reliable = true // the soak's user messages are reliable
@@ -411,6 +425,9 @@ func (c Config) Validate() error {
 	if err := c.validateListen(); err != nil {
 		return err
 	}
+	if err := c.validateTicker(); err != nil {
+		return err
+	}
 	if c.Scenario == ScenarioSoak {
 		switch {
 		case c.ChurnRate < 0:
@@ -432,7 +449,7 @@ func (c Config) Validate() error {
 }
 
 func (c Config) needsAPI() bool {
-	return c.Scenario == ScenarioBroadcast || c.Scenario == ScenarioPush || c.Scenario == ScenarioRoom || c.Scenario == ScenarioSoak
+	return c.Scenario == ScenarioBroadcast || c.Scenario == ScenarioPush || c.Scenario == ScenarioRoom || c.Scenario == ScenarioSoak || c.Scenario == ScenarioTicker
 }
 
 func (c Config) needsRate() bool {

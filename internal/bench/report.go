@@ -33,6 +33,7 @@ type Report struct {
 	Sends       *SendsReport       `json:"sends,omitempty"`
 	Soak        *SoakReport        `json:"soak,omitempty"`
 	Listen      *ListenReport      `json:"listen,omitempty"`
+	Ticker      *TickerReport      `json:"ticker,omitempty"`
 	Nodes       []NodeReport       `json:"nodes"`
 	Total       NodeReport         `json:"nodes_total"`
 	Derived     Derived            `json:"derived"`
@@ -327,6 +328,9 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 	if cfg.Listen {
 		rep.Listen = r.listenReport()
 	}
+	if cfg.Scenario == ScenarioTicker {
+		rep.Ticker = r.tickerReport()
+	}
 	if cfg.Scenario == ScenarioSend {
 		rep.Sends = r.sendsReport()
 		l := latencyReport(r.lat.Snapshot(), true) // write to reply
@@ -555,6 +559,7 @@ func (r *runner) checks(rep *Report) []Check {
 			s.Written, s.OK, s.Unavailable, s.Refused, s.RefusedCode, s.Unanswered, s.Foreign)
 	}
 	r.soakChecks(rep, add)
+	r.tickerChecks(rep, add)
 	if s := rep.Storm; s != nil {
 		add("storm reconnection", s.Complete, "%d of %d reconnected in %.2fs", s.Reconnected, s.Dropped, s.FullReconnectS)
 	}
@@ -658,6 +663,8 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, ", %g cycles/s for %gs", cfg.Rate, cfg.DurationS)
 	case ScenarioSend:
 		fmt.Fprintf(w, ", %g sends/s for %gs, %d B data", cfg.Rate, cfg.DurationS, cfg.Size)
+	case ScenarioTicker:
+		fmt.Fprintf(w, ", %g updates/s for %gs, %d B data", cfg.Rate, cfg.DurationS, cfg.Size)
 	}
 	if cfg.Join != "" {
 		fmt.Fprintf(w, ", each joining room %s", cfg.Join)
@@ -721,6 +728,7 @@ func (rep *Report) WriteSummary(w io.Writer) {
 	}
 	rep.writeSoak(tw)
 	rep.writeListen(tw)
+	rep.writeTicker(tw)
 	if s := rep.Storm; s != nil {
 		fmt.Fprintf(tw, "storm\tdropped %d\treconnected %d\tfull reconnection %.2fs\trate mean %.0f/s peak %.0f/s\tdials %d (failed %d)\n",
 			s.Dropped, s.Reconnected, s.FullReconnectS, s.MeanRate, s.PeakRate, s.Dials, s.DialFailures)

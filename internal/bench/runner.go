@@ -91,6 +91,8 @@ type runner struct {
 	sends     sendState // the send scenario
 	soakState soakState // the soak scenario
 
+	tick tickerState // the ticker scenario
+
 	// storm
 	stormOn                  atomic.Bool
 	stormLeft                atomic.Int64
@@ -230,6 +232,9 @@ func (r *runner) buildSlots() {
 			s.stream = r.streams[u%cfg.Rooms]
 		}
 		r.slots[n] = s
+	}
+	if cfg.Scenario == ScenarioTicker {
+		r.tickerSlots()
 	}
 }
 
