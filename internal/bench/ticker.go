@@ -35,7 +35,7 @@ import (
 //
 // A slow reader's socket is opened with a 2 KiB receive buffer and an
 // MSS of 1400 bytes, like a phone on a mobile network: the node's kernel
-// then takes some 40 to 130 KiB for it before the node queues, rather than
+// then takes some 40 to 70 KB for it before the node queues, rather than
 // the ~4 MiB of loopback's 64 KiB MSS. Reading at full speed makes the
 // kernel grow the node's send buffer (to ~2 MB on loopback), so the
 // updates of a stall must outgrow that for the queue to fill: a run

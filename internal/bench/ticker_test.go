@@ -99,3 +99,42 @@ func TestStallLeft(t *testing.T) {
 		t.Errorf("before the updates start: stall %s, want 0", got)
 	}
 }
+
+// TestTickerChecks: a slow reader behind on one key fails "latest value",
+// one lost update fails "fast readers", and a run whose slow readers
+// never had an update conflated is warned about.
+func TestTickerChecks(t *testing.T) {
+	r := &runner{}
+	run := func(tk TickerReport) *Report {
+		rep := &Report{Ticker: &tk, Total: NodeReport{End: &NodeSample{}}}
+		r.tickerChecks(rep, func(name string, ok bool, format string, a ...any) {
+			rep.Checks = append(rep.Checks, Check{Name: name, OK: ok})
+		})
+		return rep
+	}
+	failed := func(rep *Report) (names []string) {
+		for _, c := range rep.Checks {
+			if !c.OK {
+				names = append(names, c.Name)
+			}
+		}
+		return names
+	}
+	good := TickerReport{Keys: 5, FastReaders: 4, SlowReaders: 1, FastExpected: 40, FastReceived: 40, SlowAtLatest: 1, Conflated: 3}
+	if rep := run(good); len(failed(rep)) != 0 || len(rep.Checks) != 2 || len(rep.Warnings) != 0 {
+		t.Errorf("good run: failed %v of %d checks, warnings %v", failed(rep), len(rep.Checks), rep.Warnings)
+	}
+	behind, lost, unconflated := good, good, good
+	behind.SlowAtLatest = 0
+	lost.FastReceived, lost.FastLost = 39, 1
+	unconflated.Conflated = 0
+	if f := failed(run(behind)); len(f) != 1 || f[0] != "latest value" {
+		t.Errorf("a slow reader behind: failed %v, want latest value", f)
+	}
+	if f := failed(run(lost)); len(f) != 1 || f[0] != "fast readers" {
+		t.Errorf("a fast reader's update lost: failed %v, want fast readers", f)
+	}
+	if rep := run(unconflated); len(failed(rep)) != 0 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "no update was conflated") {
+		t.Errorf("nothing conflated: failed %v, warnings %v", failed(rep), rep.Warnings)
+	}
+}
