@@ -56,7 +56,7 @@ const (
 	tickerKeys     = 10
 	tickerSlowPct  = 10
 	tickerStall    = 4 * time.Second
-	maxTickerStall = 8 * time.Second // under the node's 10 s for a socket that takes no data
+	maxTickerStall = 7 * time.Second // with the drain after it, well under the node's 10 s for a socket that takes no data
 	minTickerStall = 100 * time.Millisecond
 	maxTickerKeys  = 10000
 )
@@ -68,7 +68,7 @@ const (
 )
 
 // finalGrace bounds how much the last stall may outlast the schedule,
-// waiting for the last updates (with maxTickerStall, under the node's 10 s).
+// waiting for the last updates; the stall stays within maxTickerStall.
 const finalGrace = time.Second
 
 // slowKeepAlive is how often a slow reader sends a ping of its own: the
@@ -85,7 +85,7 @@ func registerTicker(set *config.Set, s *tickerSettings) {
 	set.Int(&s.keys, "keys", tickerKeys, "ticker: conflation keys; update i carries key k<i mod keys>")
 	set.String(&s.slow, "slow", strconv.Itoa(tickerSlowPct)+"%", "ticker: share of the connections that read slowly, in percent (0% to 100%)")
 	set.Duration(&s.stall, "slow-stall", tickerStall, "ticker: a slow reader stops reading this long, then reads at full speed for half as long, and again "+
-		"(100ms to 8s: a node closes a socket that takes no data for 10 s)")
+		"(100ms to 7s: a node closes a socket that takes no data for 10 s)")
 }
 
 // config parses the ticker settings; --slow takes 10% or 10.
@@ -254,8 +254,8 @@ func (t *tickReader) pace(c *wsConn) {
 	if time.Duration(end-now) <= r.cfg.Ticker.SlowStall {
 		// The last stall lasts until the updates stopped, as a
 		// publisher behind its schedule sends the last ones late; at
-		// most finalGrace longer.
-		d += finalGrace
+		// most finalGrace longer, and no longer than maxTickerStall.
+		d = max(d, min(d+finalGrace, maxTickerStall))
 	}
 	t.stalls.Add(1)
 	tm := time.NewTimer(d)
