@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gobwas/httphead"
@@ -35,6 +36,9 @@ type DialOptions struct {
 
 	// LocalAddr is the source IP of the TCP connection; empty = any.
 	LocalAddr string
+	// Control, when set, is called with the socket before it connects
+	// (net.Dialer.Control): socket options such as the receive buffer.
+	Control func(network, address string, c syscall.RawConn) error
 	// Header holds extra handshake headers (e.g. Origin).
 	Header http.Header
 	// TLSConfig configures wss:// connections; nil: the system's roots
@@ -102,7 +106,7 @@ func Dial(ctx context.Context, rawURL string, opts DialOptions) (*Conn, *Welcome
 	var refusal *HandshakeError
 	d := ws.Dialer{
 		Timeout:   opts.HandshakeTimeout,
-		NetDial:   netDialer(opts.LocalAddr).DialContext,
+		NetDial:   dialerWithControl(opts.LocalAddr, opts.Control).DialContext,
 		TLSConfig: opts.TLSConfig,
 		OnStatusError: func(status int, _ []byte, resp io.Reader) {
 			refusal = parseRefusal(status, resp)
@@ -247,6 +251,13 @@ func netDialer(localIP string) *net.Dialer {
 	if ip := net.ParseIP(localIP); ip != nil {
 		d.LocalAddr = &net.TCPAddr{IP: ip}
 	}
+	return d
+}
+
+// dialerWithControl is netDialer with a Control function (nil: none).
+func dialerWithControl(localIP string, control func(network, address string, c syscall.RawConn) error) *net.Dialer {
+	d := netDialer(localIP)
+	d.Control = control
 	return d
 }
 

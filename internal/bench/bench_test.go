@@ -176,6 +176,11 @@ func TestFlags(t *testing.T) {
 		{[]string{"push", "--format", "xml"}, "--format"},
 		{[]string{"connect", "broadcast"}, "unexpected argument"},
 		{[]string{"connect", "--conns", "1000000"}, "file descriptors"},
+		{[]string{"ticker", "--slow", "120%"}, "--slow: want a percentage from 0% to 100%"},
+		{[]string{"ticker", "--slow", "ten"}, "--slow: want a percentage"},
+		{[]string{"ticker", "--keys", "0"}, "--keys must be between 1 and 10000"},
+		{[]string{"ticker", "--slow-stall", "12s"}, "--slow-stall must be between 100ms and 7s"},
+		{[]string{"ticker", "--transport", "sse"}, "the ticker's slow readers need websocket"},
 	} {
 		var stdout, stderr strings.Builder
 		code := mainWith(tc.args, noEnv, &stdout, &stderr)

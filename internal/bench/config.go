@@ -27,10 +27,11 @@ const (
 	ScenarioStorm     = "storm"
 	ScenarioSend      = "send"
 	ScenarioSoak      = "soak"
+	ScenarioTicker    = "ticker"
 )
 
 // Scenarios lists every scenario in the order of the help.
-var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend, ScenarioSoak, ScenarioDownstream}
+var Scenarios = []string{ScenarioConnect, ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioChurn, ScenarioStorm, ScenarioSend, ScenarioSoak, ScenarioDownstream, ScenarioTicker}
 
 // defaultRate is the --rate of each scenario when the flag is 0.
 var defaultRate = map[string]float64{
@@ -40,6 +41,7 @@ var defaultRate = map[string]float64{
 	ScenarioChurn:     100,  // connections closed and reopened per second
 	ScenarioSend:      1000, // send frames per second
 	ScenarioSoak:      5000, // reliable user messages per second
+	ScenarioTicker:    100,  // ticker updates per second
 }
 
 // soakDuration is the --duration of the soak when the flag is not given.
@@ -110,6 +112,8 @@ type Config struct {
 	Warmup        time.Duration // --warmup: not judged for stability
 	TolerancePct  float64       // --tolerance: stability band, percent of the baseline
 
+	Ticker TickerConfig // the ticker scenario (ticker.go)
+
 	// Progress receives the live progress line (nil = none); Run writes
 	// one line per second, overwritten when ProgressTTY is set.
 	Progress    io.Writer `json:"-"`
@@ -142,6 +146,7 @@ type settings struct {
 	dialing                        int
 	listen                         bool
 	source                         string
+	ticker                         tickerSettings
 }
 
 // newSet registers every bench setting (flag, WSGATE_ env and YAML key,
@@ -164,7 +169,9 @@ func newSet(s *settings) *config.Set {
 		"             --broadcast-rate broadcasts per second for --duration (default 10m): 0 lost, 0 duplicated, node RSS,\n" +
 		"             goroutines and descriptors within --tolerance after --warmup\n" +
 		"  downstream reliable user messages written at --rate as records into --source (the nodes' WSGATE_DOWNSTREAM_URL):\n" +
-		"             write-to-receipt latency, loss, records/s written and delivered"
+		"             write-to-receipt latency, loss, records/s written and delivered\n" +
+		"  ticker     --conns in one room, realtime updates with --keys conflation keys at --rate, --slow of the readers slow:\n" +
+		"             fast readers get every update, slow ones end with the latest value of each key; conflated count"
 	set.List(&s.url, "url", []string{"ws://127.0.0.1:8080/ws"}, "gateway WebSocket URL, or a comma list of node URLs (connections spread round-robin)")
 	set.String(&s.allocator, "allocator", "", "allocator base URL (http://host:port); when set, every dial asks /v1/allocate?user= first")
 	set.List(&s.api, "api", nil, "comma list of node HTTP base URLs for publishing and room membership").DefaultText("derived from --url")
@@ -212,6 +219,7 @@ func newSet(s *settings) *config.Set {
 	set.Float(&s.tol, "tolerance", 5, "soak: after --warmup each node's RSS, goroutines and descriptors must stay within this many percent of their baseline")
 	set.String(&s.transport, "transport", string(client.WebSocket), "how the connections carry the session: websocket, sse (GET /sse) or stream (POST /stream); "+
 		"sse and stream connections are read by a goroutine each and post their frames to /v1/conn/{id}")
+	registerTicker(set, &s.ticker)
 	set.String(&s.reader, "reader", ReaderLoop, "how the bench reads its connections: loop (an epoll event loop, ws:// only) or goroutine (one goroutine per connection, client.Conn.ReadRaw)")
 	return set
 }
@@ -232,6 +240,9 @@ func (s *settings) toConfig(scenario string) (Config, error) {
 		return cfg, fmt.Errorf("--format: %v", err)
 	}
 	cfg.Format = f
+	if cfg.Ticker, err = s.ticker.config(); err != nil {
+		return cfg, err
+	}
 	if s.caFile != "" {
 		pem, err := os.ReadFile(s.caFile)
 		if err != nil {
@@ -301,6 +312,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Scenario == ScenarioDownstream {
 		c.Reliable = true // the records are reliable user messages
+	}
+	if c.Scenario == ScenarioTicker {
+		c = c.tickerDefaults()
 	}
 	if c.Scenario == ScenarioSoak {
 		c.Reliable = true // the soak's user messages are reliable
@@ -424,6 +438,9 @@ func (c Config) Validate() error {
 	if err := c.validateSource(); err != nil {
 		return err
 	}
+	if err := c.validateTicker(); err != nil {
+		return err
+	}
 	if c.Scenario == ScenarioSoak {
 		switch {
 		case c.ChurnRate < 0:
@@ -445,7 +462,7 @@ func (c Config) Validate() error {
 }
 
 func (c Config) needsAPI() bool {
-	return c.Scenario == ScenarioBroadcast || c.Scenario == ScenarioPush || c.Scenario == ScenarioRoom || c.Scenario == ScenarioSoak
+	return c.Scenario == ScenarioBroadcast || c.Scenario == ScenarioPush || c.Scenario == ScenarioRoom || c.Scenario == ScenarioSoak || c.Scenario == ScenarioTicker
 }
 
 func (c Config) needsRate() bool {

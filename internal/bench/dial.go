@@ -123,6 +123,9 @@ func (s *slot) dialOnce(ctx context.Context) (*wsConn, error) {
 	} else {
 		opts.User = s.user
 	}
+	if s.tick != nil {
+		opts.Control = slowSocket
+	}
 	if r.cfg.Reliable {
 		if seq := s.lastSeq.Load(); seq > 0 {
 			opts.Since = &seq
@@ -156,7 +159,7 @@ func (s *slot) dialOnce(ctx context.Context) (*wsConn, error) {
 		}
 	}
 	var c *wsConn
-	if r.poller == nil || !strings.HasPrefix(target, "ws:") {
+	if r.poller == nil || s.tick != nil || !strings.HasPrefix(target, "ws:") {
 		c = &wsConn{s: s, cc: cc, format: cc.Format()}
 	} else if c, err = s.newLoopConn(cc, w); err != nil {
 		return nil, err

@@ -43,6 +43,8 @@ type NodeSample struct {
 	Delivered        float64 `json:"delivered_total"`          // wsgate_messages_delivered_total
 	Dropped          float64 `json:"dropped_total"`            // sum over reasons
 	QueueFull        float64 `json:"send_queue_full_total"`    // wsgate_send_queue_full_total
+	Conflated        float64 `json:"conflated_total"`          // wsgate_messages_dropped_total{reason="conflated"}
+	DroppedFull      float64 `json:"queue_full_dropped_total"` // wsgate_messages_dropped_total{reason="queue_full"}
 
 	// DeliveryLatency is wsgate_delivery_latency_seconds: cumulative
 	// counts by upper bound, ascending.
@@ -153,6 +155,12 @@ func (ns *NodeSample) parse(r io.Reader) error {
 			ns.Delivered = v
 		case "wsgate_messages_dropped_total":
 			ns.Dropped += v
+			switch labelValue(labels, "reason") {
+			case "conflated":
+				ns.Conflated += v
+			case "queue_full":
+				ns.DroppedFull += v
+			}
 		case "wsgate_send_queue_full_total":
 			ns.QueueFull = v
 		case "wsgate_delivery_latency_seconds_bucket":
@@ -254,6 +262,8 @@ func sumSamples(ss []NodeSample) NodeSample {
 		t.Delivered += s.Delivered
 		t.Dropped += s.Dropped
 		t.QueueFull += s.QueueFull
+		t.Conflated += s.Conflated
+		t.DroppedFull += s.DroppedFull
 		for _, b := range s.DeliveryLatency {
 			t.DeliveryLatency = addBucket(t.DeliveryLatency, b.LE, b.Count)
 		}

@@ -29,6 +29,7 @@ wsgate_handshake_rejected_total{reason="unauthorized"} 2
 wsgate_messages_delivered_total 1.5e+06
 wsgate_messages_dropped_total{reason="queue_full"} 4
 wsgate_messages_dropped_total{reason="closed"} 1
+wsgate_messages_dropped_total{reason="conflated"} 2
 wsgate_messages_published_total{target="broadcast"} 300
 wsgate_send_queue_full_total 4
 wsgate_delivery_latency_seconds_bucket{le="0.001"} 50
@@ -47,7 +48,7 @@ func TestParseMetrics(t *testing.T) {
 	want := NodeSample{
 		RSSBytes: 1.2345678e+08, HeapInuseBytes: 7.5e6, Goroutines: 21, Threads: 9, OpenFDs: 5017, MaxFDs: 20000,
 		CPUSeconds: 12.34, GCCycles: 17, GCPauseSeconds: 0.0031, GCPauseMax: 0.000415, Connections: 5000,
-		ConnectionsTotal: 5123, HandshakeReject: 5, Published: 300, Delivered: 1.5e6, Dropped: 5, QueueFull: 4,
+		ConnectionsTotal: 5123, HandshakeReject: 5, Published: 300, Delivered: 1.5e6, Dropped: 7, QueueFull: 4, Conflated: 2, DroppedFull: 4,
 	}
 	got := ns
 	got.DeliveryLatency = nil

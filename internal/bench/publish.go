@@ -203,6 +203,9 @@ func (r *runner) appendPublish(dst []byte, m pubMsg, now int64) []byte {
 	if m.st.reliable {
 		dst = append(dst, `,"reliable":true`...)
 	}
+	if r.cfg.Scenario == ScenarioTicker {
+		dst = r.appendKey(dst, m.idx)
+	}
 	dst = append(dst, `,"data":`...)
 	start := len(dst)
 	dst = appendData(dst, r.runID, m.st.id, m.idx, now, r.cfg.Size)

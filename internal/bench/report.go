@@ -34,6 +34,7 @@ type Report struct {
 	Soak        *SoakReport        `json:"soak,omitempty"`
 	Listen      *ListenReport      `json:"listen,omitempty"`
 	Downstream  *DownstreamReport  `json:"downstream,omitempty"`
+	Ticker      *TickerReport      `json:"ticker,omitempty"`
 	Nodes       []NodeReport       `json:"nodes"`
 	Total       NodeReport         `json:"nodes_total"`
 	Derived     Derived            `json:"derived"`
@@ -331,6 +332,9 @@ func (r *runner) report(timeline []Point, runErr error) *Report {
 	if cfg.Listen {
 		rep.Listen = r.listenReport()
 	}
+	if cfg.Scenario == ScenarioTicker {
+		rep.Ticker = r.tickerReport()
+	}
 	if cfg.Scenario == ScenarioSend {
 		rep.Sends = r.sendsReport()
 		l := latencyReport(r.lat.Snapshot(), true) // write to reply
@@ -563,6 +567,7 @@ func (r *runner) checks(rep *Report) []Check {
 			s.Written, s.OK, s.Unavailable, s.Refused, s.RefusedCode, s.Unanswered, s.Foreign)
 	}
 	r.soakChecks(rep, add)
+	r.tickerChecks(rep, add)
 	if s := rep.Storm; s != nil {
 		add("storm reconnection", s.Complete, "%d of %d reconnected in %.2fs", s.Reconnected, s.Dropped, s.FullReconnectS)
 	}
@@ -670,6 +675,8 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, ", %g sends/s for %gs, %d B data", cfg.Rate, cfg.DurationS, cfg.Size)
 	case ScenarioDownstream:
 		fmt.Fprintf(w, ", %g reliable records/s for %gs, %d B data, class %s", cfg.Rate, cfg.DurationS, cfg.Size, cfg.Class)
+	case ScenarioTicker:
+		fmt.Fprintf(w, ", %g updates/s for %gs, %d B data", cfg.Rate, cfg.DurationS, cfg.Size)
 	}
 	if cfg.Join != "" {
 		fmt.Fprintf(w, ", each joining room %s", cfg.Join)
@@ -738,6 +745,7 @@ func (rep *Report) WriteSummary(w io.Writer) {
 	}
 	rep.writeSoak(tw)
 	rep.writeListen(tw)
+	rep.writeTicker(tw)
 	if s := rep.Storm; s != nil {
 		fmt.Fprintf(tw, "storm\tdropped %d\treconnected %d\tfull reconnection %.2fs\trate mean %.0f/s peak %.0f/s\tdials %d (failed %d)\n",
 			s.Dropped, s.Reconnected, s.FullReconnectS, s.MeanRate, s.PeakRate, s.Dials, s.DialFailures)

@@ -93,6 +93,7 @@ type runner struct {
 	soakState soakState // the soak scenario
 
 	ds *downstream.Producer // the downstream scenario's source (downstream.go)
+	tick tickerState // the ticker scenario
 
 	// storm
 	stormOn                  atomic.Bool
@@ -233,6 +234,9 @@ func (r *runner) buildSlots() {
 			s.stream = r.streams[u%cfg.Rooms]
 		}
 		r.slots[n] = s
+	}
+	if cfg.Scenario == ScenarioTicker {
+		r.tickerSlots()
 	}
 }
 

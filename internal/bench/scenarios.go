@@ -30,7 +30,7 @@ func (r *runner) scenario(ctx context.Context) error {
 	}
 	r.setPhase("baseline")
 	base := sumSamples(r.sample(ctx, "baseline"))
-	if r.cfg.Scenario == ScenarioRoom {
+	if r.cfg.Scenario == ScenarioRoom || r.cfg.Scenario == ScenarioTicker {
 		r.setPhase("joining rooms")
 		if err := r.membership(ctx, "PUT"); err != nil {
 			return err
@@ -53,6 +53,12 @@ func (r *runner) scenario(ctx context.Context) error {
 	case ScenarioBroadcast, ScenarioPush, ScenarioRoom, ScenarioDownstream:
 		r.publish(ctx)
 		r.drain(ctx)
+		r.openAtEnd = r.open.Load()
+		r.sample(ctx, "end")
+	case ScenarioTicker:
+		r.tickerStart()
+		r.publish(ctx)
+		r.tickerDrain(ctx)
 		r.openAtEnd = r.open.Load()
 		r.sample(ctx, "end")
 	case ScenarioSend:
@@ -82,7 +88,7 @@ func (r *runner) scenario(ctx context.Context) error {
 	r.selfEnd = r.markSelf()
 	r.closeAll()
 	r.apiHTTP.CloseIdleConnections()
-	if r.cfg.Scenario == ScenarioRoom {
+	if r.cfg.Scenario == ScenarioRoom || r.cfg.Scenario == ScenarioTicker {
 		r.setPhase("leaving rooms")
 		if err := r.membership(ctx, "DELETE"); err != nil {
 			r.cleanupErr = err.Error()

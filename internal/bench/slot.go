@@ -25,6 +25,8 @@ type slot struct {
 	stream *stream // the messages this slot must get; nil = none
 	bcast  *stream // soak: the broadcasts, counted apart (bset)
 
+	tick *tickReader // ticker: a slow reader (ticker.go); nil: every message counts
+
 	conn atomic.Pointer[wsConn]
 
 	// Reader state (the connection's reader only).
@@ -263,6 +265,10 @@ func (s *slot) onMessage(c *wsConn, seq int64, data []byte, mpData bool, format 
 	}
 	if s.bcast != nil && p.stream == s.bcast.id {
 		s.onBroadcast(p, now)
+		return
+	}
+	if s.tick != nil {
+		s.onTick(c, p, now)
 		return
 	}
 	r.lat.Record(time.Duration(now - p.ts))
