@@ -92,8 +92,8 @@ type runner struct {
 	sends     sendState // the send scenario
 	soakState soakState // the soak scenario
 
-	ds *downstream.Producer // the downstream scenario's source (downstream.go)
-	tick tickerState // the ticker scenario
+	ds   *downstream.Producer // the downstream scenario's source (downstream.go)
+	tick tickerState          // the ticker scenario
 
 	// storm
 	stormOn                  atomic.Bool
