@@ -369,15 +369,19 @@ func (c *conn) scheduleWriteLocked() {
 	select {
 	case c.n.writers <- c:
 	default:
-		// The pool is saturated: write from here rather than wait.
-		go c.flush()
+		// The pool is saturated (or stopped by Shutdown): write from
+		// here rather than wait or start a goroutine per connection; the
+		// write never blocks.
+		c.flushLocked()
 	}
 }
 
-func (n *Node) writeLoop() {
+// writeLoop is one of the writer pool's goroutines, taking connections
+// from writers (the channel New made: a test may give the node another).
+func (n *Node) writeLoop(writers <-chan *conn) {
 	for {
 		select {
-		case c := <-n.writers:
+		case c := <-writers:
 			c.flush()
 		case <-n.ctx.Done():
 			return
@@ -393,6 +397,12 @@ const maxIovecs = 512
 // descriptor under the write.
 func (c *conn) flush() {
 	c.mu.Lock()
+	c.flushLocked()
+	c.mu.Unlock()
+}
+
+// flushLocked is flush with c.mu held, by the writer that set c.writing.
+func (c *conn) flushLocked() {
 	c.writeOutLocked()
 	c.writing = false
 	if c.state == stClosing && len(c.outq) == 0 && len(c.wbuf) == 0 {
@@ -401,7 +411,6 @@ func (c *conn) flush() {
 		c.closeNotifyLocked()
 		_ = unix.Shutdown(c.fd, unix.SHUT_WR)
 	}
-	c.mu.Unlock()
 }
 
 // writeOutLocked writes queued frames until the queue is empty or the

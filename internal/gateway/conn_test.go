@@ -13,6 +13,7 @@ import (
 	"github.com/gobwas/ws"
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -318,4 +319,38 @@ func TestFrameAndFINInOneSegment(t *testing.T) {
 	c.send(`{"type":"ping"}`)
 	tc.CloseWrite() // corked: the FIN leaves in the frame's segment
 	eventually(t, 5*time.Second, "connection ended", func() bool { return n.hub.count() == 0 })
+}
+
+// A kick while the writer pool takes no more connections writes on the
+// kicking goroutine: the frame is on the socket before the connection's
+// lock is released, and no goroutine per connection is started (it would
+// need the lock, which the test holds, to write).
+func TestKickWritesInlineWhenTheWriterPoolIsFull(t *testing.T) {
+	n := startNodeWith(t, cluster.NewMemory(), nil, func(n *Node) {
+		n.writers = make(chan *conn) // nobody takes from it: the pool is full
+	})
+	cl := n.connect(t, "alice", "")
+	var c *conn
+	eventually(t, 5*time.Second, "alice's connection registered", func() bool {
+		cs := n.hub.userConns("alice")
+		if len(cs) == 1 {
+			c = cs[0]
+		}
+		return c != nil
+	})
+	for i := range 50 {
+		b, _ := protocol.Encode(c.format, protocol.Reply{Type: protocol.TypeReply, ID: fmt.Sprint(i), OK: true})
+		c.mu.Lock()
+		ok := c.sendLocked(c.dataFrame(b))
+		writing, queued := c.writing, len(c.outq)+len(c.wbuf)
+		c.mu.Unlock()
+		if !ok || writing || queued != 0 {
+			t.Fatalf("frame %d: queued %v, writer still owning the connection %v, %d frames or bytes not written before the lock was released", i, ok, writing, queued)
+		}
+	}
+	for i := range 50 {
+		if m := cl.expect("reply"); m["id"] != fmt.Sprint(i) {
+			t.Fatalf("reply %d: %v", i, m)
+		}
+	}
 }

@@ -274,11 +274,12 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		return nil, err
 	}
 	n.poller = p
-	n.writers = make(chan *conn, 1<<16)
+	writers := make(chan *conn, 1<<16)
+	n.writers = writers
 	n.removals = make(chan cluster.Route, 1<<16)
 	n.goFunc(n.removeLoop)
 	for i := 0; i < max(2, runtime.GOMAXPROCS(0)); i++ {
-		n.goFunc(n.writeLoop)
+		n.goFunc(func() { n.writeLoop(writers) })
 	}
 	n.keyFails = newKeyFailLimiter()
 	n.mux, n.adminMux = n.routes()
