@@ -50,6 +50,13 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 		}
 		return []string{r.k.routes(u), r.k.userRooms(u), r.k.seq(u), r.k.ack(u), r.k.inbox(u), r.k.devices(u)}, args
 	}
+	var marks []readMark
+	if r.opt.Replicas > 0 {
+		marks = make([]readMark, len(batch))
+		for i, q := range batch {
+			marks[i] = r.markRead(ctx, r.k.confirm(q.route.User))
+		}
+	}
 	// Every call is idempotent (a route HSET and reads), so the batch may
 	// be sent again after a connection error.
 	cmds, err := r.evalEach(ctx, "connect", true, scriptConnect, len(batch), func(i int) ([]string, []any) {
@@ -72,7 +79,7 @@ func (r *Redis) connectBatch(batch []*connectReq) {
 				// did not confirm connects without its replay, which
 				// the caller reads again (ConnectResult.Unconfirmed).
 				confirms.Go(func() {
-					if cerr := r.confirmReplicated(ctx, q.route.User); cerr != nil {
+					if cerr := r.confirmReplicated(ctx, q.route.User, marks[i]); cerr != nil {
 						q.res.Unconfirmed = true
 						q.res.Inbox.Messages, q.res.Inbox.GapFrom, q.res.Inbox.GapTo = nil, 0, 0
 					}

@@ -211,6 +211,7 @@ func decodeRoutesFlat(user string, flat []any, now time.Time) []Route {
 func (r *Redis) ReadInbox(ctx context.Context, user string, since int64, opt InboxOptions) (InboxRead, error) {
 	since = max(since, 0)
 	keys := []string{r.k.seq(user), r.k.ack(user), r.k.inbox(user)}
+	mark := r.markRead(ctx, r.k.confirm(user))
 	var reply []any
 	err := r.do(ctx, "read inbox", true, func(ctx context.Context) (err error) {
 		args := []any{time.Now().UnixMilli(), since, max(opt.Limit, 0)}
@@ -224,7 +225,7 @@ func (r *Redis) ReadInbox(ctx context.Context, user string, since int64, opt Inb
 		return InboxRead{}, fmt.Errorf("cluster: redis read inbox: unexpected reply of %d parts", len(reply))
 	}
 	if members, _ := reply[3].([]any); len(members) > 0 && r.opt.Replicas > 0 {
-		if err := r.confirmReplicated(ctx, user); err != nil {
+		if err := r.confirmReplicated(ctx, user, mark); err != nil {
 			return InboxRead{}, err
 		}
 	}
@@ -376,7 +377,9 @@ func (r *Redis) masterFor(ctx context.Context, key string) (*redis.Client, error
 // seq would be assigned again on the new master, to another message that
 // the client would take for a duplicate. Replication is one ordered
 // stream per master, so a write made now (to a key of the user's slot)
-// and confirmed by WAIT covers every write the read saw.
-func (r *Redis) confirmReplicated(ctx context.Context, user string) error {
-	return r.confirmKey(ctx, r.k.confirm(user), "inbox read of "+user)
+// and confirmed by WAIT covers every write the read saw, if the read was
+// made on that master (mark, from markRead before the read: see
+// confirmKey).
+func (r *Redis) confirmReplicated(ctx context.Context, user string, mark readMark) error {
+	return r.confirmKey(ctx, r.k.confirm(user), mark, "inbox read of "+user)
 }

@@ -112,6 +112,7 @@ func (r *Redis) ReadRoom(ctx context.Context, room string, since int64, most int
 	since = max(since, 0)
 	seq := r.k.roomSeq(room)
 	keys := []string{seq, seq, r.k.roomHist(room)}
+	mark := r.markRead(ctx, r.k.roomConfirm(room))
 	var reply []any
 	err := r.do(ctx, "read room", true, func(ctx context.Context) (err error) {
 		args := []any{time.Now().UnixMilli(), since, max(opt.Limit, 0)}
@@ -133,7 +134,7 @@ func (r *Redis) ReadRoom(ctx context.Context, room string, since int64, most int
 		// failover could give its seq to another message. Also a read
 		// that finds nothing after since confirms that since itself is
 		// replicated (a stream started at an unconfirmed seq, RoomSeqs).
-		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "history read of room "+room); err != nil {
+		if err := r.confirmKey(ctx, r.k.roomConfirm(room), mark, "history read of room "+room); err != nil {
 			return InboxRead{}, err
 		}
 	}
@@ -149,6 +150,7 @@ func (r *Redis) ReadRoom(ctx context.Context, room string, since int64, most int
 // trim, last seq, and a reverse range read of the history with a LIMIT.
 func (r *Redis) ReadRoomBefore(ctx context.Context, room string, before int64, most int, opt InboxOptions) (InboxRead, error) {
 	keys := []string{r.k.roomSeq(room), r.k.roomHist(room)}
+	mark := r.markRead(ctx, r.k.roomConfirm(room))
 	var reply []any
 	err := r.do(ctx, "read room", true, func(ctx context.Context) (err error) {
 		args := []any{time.Now().UnixMilli(), max(before, 0), max(opt.Limit, 0), max(most, 0)}
@@ -165,7 +167,7 @@ func (r *Redis) ReadRoomBefore(ctx context.Context, room string, before int64, m
 	members, _ := reply[1].([]any)
 	if len(members) > 0 && r.opt.Replicas > 0 {
 		// As ReadRoom: what is returned must be replicated.
-		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "history read of room "+room); err != nil {
+		if err := r.confirmKey(ctx, r.k.roomConfirm(room), mark, "history read of room "+room); err != nil {
 			return InboxRead{}, err
 		}
 	}
@@ -190,6 +192,13 @@ func (r *Redis) RoomSeqs(ctx context.Context, rooms []string) ([]int64, error) {
 	for i, room := range rooms {
 		keys[i] = r.k.roomSeq(room)
 	}
+	var marks []readMark
+	if r.opt.Replicas > 0 {
+		marks = make([]readMark, len(rooms))
+		for i, room := range rooms {
+			marks[i] = r.markRead(ctx, r.k.roomConfirm(room))
+		}
+	}
 	seqs, err := r.getInts(ctx, "room seqs", keys)
 	if err != nil || r.opt.Replicas == 0 {
 		return seqs, err
@@ -199,7 +208,7 @@ func (r *Redis) RoomSeqs(ctx context.Context, rooms []string) ([]int64, error) {
 		if seqs[i] == 0 {
 			continue
 		}
-		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "seq read of room "+room); err != nil {
+		if err := r.confirmKey(ctx, r.k.roomConfirm(room), marks[i], "seq read of room "+room); err != nil {
 			if errors.Is(err, ErrNotReplicated) {
 				return seqs, err
 			}

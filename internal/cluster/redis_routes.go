@@ -179,12 +179,13 @@ func decodeRoutes(user string, fields map[string]string, now time.Time) (live []
 // one of the two sets; repeating the join repairs it and is never refused.
 func (r *Redis) JoinRoom(ctx context.Context, room, user string, maxRooms int) (Joined, error) {
 	q := &joinReq{room: room, user: user, bound: max(maxRooms, 0)}
+	mark := r.markRead(ctx, r.k.roomConfirm(room))
 	if err := r.joins.call(ctx, r, "join room", r.joinBatch, q); err != nil {
 		return Joined{}, err
 	}
 	if q.res.RoomSeq > 0 && r.opt.Replicas > 0 {
 		// As RoomSeqs: the seq a follower starts from must survive a failover.
-		if err := r.confirmKey(ctx, r.k.roomConfirm(room), "seq read of room "+room); err != nil {
+		if err := r.confirmKey(ctx, r.k.roomConfirm(room), mark, "seq read of room "+room); err != nil {
 			return Joined{}, err
 		}
 	}
