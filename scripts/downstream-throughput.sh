@@ -3,8 +3,9 @@
 # source (contract section 20) beside the HTTP batch API's rate for the same reliable user
 # publishes. It starts a private Redis (master and one replica, free ports), a private
 # nats-server with JetStream, and 3 gateway processes consuming a Redis stream and a JetStream
-# subject (and a Kafka topic with KAFKA=host:port of a reachable broker; without it Kafka is
-# skipped, and said so), once with WSGATE_RELIABLE_REPLICAS=0 and once with 1. In each mode it
+# subject and a Kafka topic (of KAFKA=host:port, a reachable broker; without it, of kfake,
+# franz-go's fake broker, run by scripts/kfakebroker), once with WSGATE_RELIABLE_REPLICAS=0
+# and once with 1. In each mode it
 # runs `wsgate bench downstream` once per source and `wsgate bench push --reliable` (the batch
 # API) with the same flags. Everything it starts is stopped when it ends.
 #
@@ -79,7 +80,20 @@ if [ -n "${KAFKA:-}" ]; then
 		echo "downstream-throughput: KAFKA=$KAFKA does not answer: Kafka skipped" | tee -a "$out/result.txt"
 	fi
 else
-	echo "downstream-throughput: no KAFKA=host:port of a reachable broker: Kafka skipped" | tee -a "$out/result.txt"
+	# No broker given: kfake, franz-go's Kafka fake, as a one-broker Kafka in a
+	# process of its own (its figures are wsgate's consumer over a fake broker
+	# held in memory, not a Kafka cluster's).
+	kport=$(free_port)
+	go build -o "$out/kfakebroker" "$here/kfakebroker"
+	"$out/kfakebroker" -addr "127.0.0.1:$kport" -partitions 3 >"$out/kfake.log" 2>&1 &
+	PIDS+=("$!")
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$kport") 2>/dev/null && break
+		sleep 0.1
+	done
+	sources[kafka]="kafka://127.0.0.1:$kport/dsbench$tag"
+	names+=(kafka)
+	echo "downstream-throughput: no KAFKA=host:port given: Kafka is kfake (scripts/kfakebroker), a fake broker in memory" | tee -a "$out/result.txt"
 fi
 dsurl=$(for n in "${names[@]}"; do printf '%s,' "${sources[$n]}"; done)
 dsurl=${dsurl%,}

@@ -329,6 +329,8 @@ pre{font-size:12px;background:#f7f7f7;padding:10px;overflow:auto}
 {{with .R.Derived}}{{if and (eq $.R.Scenario "connect") (gt .RSSPerConnBytes 0.0)}}<div class="card"><span>node RSS per connection</span><b>{{bytes .RSSPerConnBytes}}</b></div>{{end}}
 {{if gt .CPUPerConnectS 0.0}}<div class="card"><span>node CPU per connect</span><b>{{secs .CPUPerConnectS}}</b></div>{{end}}
 {{if gt .CPUPerDeliveredS 0.0}}<div class="card"><span>node CPU per delivered message</span><b>{{secs .CPUPerDeliveredS}}</b></div>{{end}}{{end}}
+{{with .R.Ticker}}<div class="card"><span>ticker: slow readers at the latest value</span><b>{{.SlowAtLatest}} / {{.SlowReaders}}</b><span>received {{.SlowReceived}} of {{.SlowUnconflated}} · out of order {{.Regressions}}</span></div>
+<div class="card"><span>ticker: conflated / queue full</span><b>{{printf "%.0f" .Conflated}} / {{printf "%.0f" .QueueFullDrop}}</b><span>fast readers lost {{.FastLost}} of {{.FastExpected}}</span></div>{{end}}
 {{with .R.Storm}}<div class="card"><span>full reconnection</span><b>{{printf "%.2f" .FullReconnectS}} s</b><span>{{.Reconnected}} / {{.Dropped}} · peak {{printf "%.0f" .PeakRate}}/s</span></div>{{end}}
 </div>
 <h2>Charts</h2>

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,9 @@ func TestTicker(t *testing.T) {
 	}
 	if !strings.Contains(res.stdout, "conflated") {
 		t.Error("the summary does not show the conflated count")
+	}
+	if want := fmt.Sprintf("<b>%d / %d</b>", tk.SlowAtLatest, tk.SlowReaders); !strings.Contains(res.html, "ticker: slow readers at the latest value") || !strings.Contains(res.html, want) {
+		t.Errorf("the HTML report lacks the ticker's cards (want %q)", want)
 	}
 }
 
