@@ -128,6 +128,35 @@ func (c *core) take() {
 	c.inHand.Add(1)
 }
 
+// reserve waits for n free slots, which the caller turns into records in
+// hand one by one (use) or gives back (unreserve); false when ctx ended
+// first, with none kept. Reserved slots count in the backpressure but not
+// among the records in hand a record naming several targets waits for.
+func (c *core) reserve(ctx context.Context, n int) bool {
+	for i := range n {
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			c.unreserve(i)
+			return false
+		}
+	}
+	return true
+}
+
+// unreserve gives back n reserved slots.
+func (c *core) unreserve(n int) {
+	for range n {
+		<-c.slots
+	}
+}
+
+// use makes a reserved slot a record's in hand (release gives it back).
+func (c *core) use() {
+	c.inFlight.Inc()
+	c.inHand.Add(1)
+}
+
 // release gives a slot back (once per acquire).
 func (c *core) release() {
 	<-c.slots

@@ -99,6 +99,9 @@ type redisSource struct {
 	dead     string // the dead-letter stream
 	keySrc   string // the source part of default idempotency keys
 
+	acks  chan ackReq // to ackLoop
+	ackWG sync.WaitGroup
+
 	mu      sync.Mutex
 	held    map[string]time.Time // entries in hand (lanes and claims) since
 	targets map[string][]string  // targets of other entries (order guard)
@@ -133,6 +136,7 @@ func openRedis(u *url.URL, opt Options) (Source, error) {
 		keySrc:   "redis/" + u.Host + "/" + db + "/" + o.stream,
 		held:     map[string]time.Time{},
 		targets:  map[string][]string{},
+		acks:     make(chan ackReq, maxAckBatch),
 	}, nil
 }
 
@@ -164,6 +168,9 @@ func toEntry(m redis.XMessage) entry {
 func (s *redisSource) Run(ctx context.Context) {
 	hctx, stop := s.handleCtx(ctx)
 	defer stop()
+	s.ackWG.Go(s.ackLoop)
+	defer s.ackWG.Wait()
+	defer close(s.acks) // after the lanes and the claims: nothing acknowledges any more
 	s.startLanes()
 	defer s.stopLanes()
 	for try := 0; !s.ensureGroup(ctx); try++ {
@@ -199,17 +206,21 @@ func (s *redisSource) ensureGroup(ctx context.Context) bool {
 // readLoop reads new entries while the node has room for them and hands
 // each to its target's lane.
 func (s *redisSource) readLoop(ctx, hctx context.Context) {
+	chunk := readChunk(s.opt.InFlight)
 	for try := 0; ctx.Err() == nil; {
-		if !s.acquire(ctx) { // room for one at least: the backpressure
+		// Room for a chunk at least (the backpressure): each read costs
+		// an order-guard read of every pending entry, so reads of one or
+		// two entries as slots free one by one would cost that much more.
+		if !s.reserve(ctx, chunk) {
 			return
 		}
-		count := min(1+s.free(), 100)
+		count := min(chunk+s.free(), maxRead)
 		res, err := s.c.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: s.opts.group, Consumer: s.consumer, Streams: []string{s.opts.stream, ">"},
 			Count: int64(count), Block: time.Second,
 		}).Result()
 		if err != nil || len(res) == 0 || len(res[0].Messages) == 0 {
-			s.release()
+			s.unreserve(chunk)
 			if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
 				if strings.Contains(err.Error(), "NOGROUP") {
 					s.ensureGroup(ctx) // the stream or group was deleted
@@ -229,9 +240,13 @@ func (s *redisSource) readLoop(ctx, hctx context.Context) {
 			s.hold(entries[i].id)
 		}
 		s.computeGuards(hctx, entries)
+		// The slots of a chunk not filled by the read.
+		s.unreserve(max(chunk-len(entries), 0))
 		for i := range entries {
 			e := entries[i]
-			if i > 0 {
+			if i < chunk {
+				s.use()
+			} else {
 				// free() said there was room. Taken here, not before: a
 				// record naming several targets waits for every record
 				// in hand, which must not include the ones behind it.
@@ -246,13 +261,21 @@ func (s *redisSource) readLoop(ctx, hctx context.Context) {
 	}
 }
 
+// maxRead bounds the entries of one XREADGROUP.
+const maxRead = 100
+
+// readChunk is the room a node waits for before it reads: a quarter of its
+// in-flight bound (at most maxRead), so that a read brings a few dozen
+// entries when the node is busy.
+func readChunk(inFlight int) int { return max(1, min(inFlight/4, maxRead)) }
+
 // process waits for the entry's guard, handles it, writes its dead
 // letters and acknowledges it; an entry left unacknowledged (hctx ended)
 // comes again.
 func (s *redisSource) process(ctx context.Context, e entry) {
 	if !e.has {
 		// Deleted from the stream (trimmed) before it was handled.
-		s.retryUntil(ctx, "XACK", func(ctx context.Context) error { return s.c.XAck(ctx, s.opts.stream, s.opts.group, e.id).Err() })
+		s.retryUntil(ctx, "XACK", func(ctx context.Context) error { return s.ack(ctx, e.id) })
 		return
 	}
 	if !s.awaitGuard(ctx, e.guard) {
@@ -276,10 +299,64 @@ func (s *redisSource) process(ctx context.Context, e entry) {
 			return
 		}
 	}
-	if !s.retryUntil(ctx, "XACK", func(ctx context.Context) error { return s.c.XAck(ctx, s.opts.stream, s.opts.group, e.id).Err() }) {
+	if !s.retryUntil(ctx, "XACK", func(ctx context.Context) error { return s.ack(ctx, e.id) }) {
 		return
 	}
 	s.count(r, o)
+}
+
+// maxAckBatch bounds the entries one XACK acknowledges.
+const maxAckBatch = 512
+
+// ackReq is one entry to acknowledge; done gets the XACK's error.
+type ackReq struct {
+	id   string
+	done chan error
+}
+
+// ack acknowledges one entry through ackLoop, with the others handled
+// meanwhile: one XACK for all of them instead of one round trip each.
+func (s *redisSource) ack(ctx context.Context, id string) error {
+	done := make(chan error, 1)
+	select {
+	case s.acks <- ackReq{id: id, done: done}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err() // retried, or left to come again: an XACK twice is harmless
+	}
+}
+
+// ackLoop sends the acknowledgements handed to ack: whatever waits when
+// one XACK is done goes in the next.
+func (s *redisSource) ackLoop() {
+	batch := make([]ackReq, 0, maxAckBatch)
+	ids := make([]string, 0, maxAckBatch)
+	for first := range s.acks {
+		batch, ids = append(batch[:0], first), append(ids[:0], first.id)
+	more:
+		for len(batch) < maxAckBatch {
+			select {
+			case r, ok := <-s.acks:
+				if !ok {
+					break more
+				}
+				batch, ids = append(batch, r), append(ids, r.id)
+			default:
+				break more
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := s.c.XAck(ctx, s.opts.stream, s.opts.group, ids...).Err()
+		cancel()
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
 }
 
 // deadDedupWindow is how long the dead-letter stream remembers the entry

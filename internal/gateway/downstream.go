@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +48,7 @@ func (n *Node) startDownstream() {
 	if len(n.sources) == 0 {
 		return
 	}
+	n.records.start(n)
 	ctx, cancel := context.WithCancel(n.ctx)
 	n.dsCancel = cancel
 	for _, s := range n.sources {
@@ -88,9 +91,10 @@ func (n *Node) handleRecord(ctx context.Context, rec downstream.Record) downstre
 			return dead(err, rec.Value, nil)
 		}
 		if req.IdempotencyKey == "" {
-			req.IdempotencyKey = rec.Key
+			_, err = n.publishRecord(ctx, req, rec.Key)
+		} else {
+			_, err = n.Publish(ctx, req)
 		}
-		_, err = n.Publish(ctx, req)
 		if err == nil {
 			return downstream.Outcome{}
 		}
@@ -135,6 +139,43 @@ func (n *Node) handleRecord(ctx context.Context, rec downstream.Record) downstre
 		o.Dead = append(o.Dead, downstream.DeadLetter{Error: downstream.ErrorBody{Code: e.Code, Message: e.Message}, Record: rawOrNull(b.Messages[i]), ID: rec.ID, Index: &i})
 	}
 	return o
+}
+
+// publishRecord publishes a record's message that has no idempotency key
+// of its own. A reliable one (a user's inbox or a reliable room's
+// history) is bound to the record's key at its append only
+// (cluster.InboxAppend.Key, RoomAppend.Key), with a message id derived
+// from it: a record handled again stores nothing and is sent with the seq
+// and id it was stored with (a connection drops a seq it has), and it
+// costs no claim of the key (ClaimKey and StoreKey: two more Redis calls
+// per record, which the API needs only to answer a retry as it answered
+// the first try). The key holds the message's fingerprint, so that a
+// record id used again with another body (a recreated topic, within the
+// key's lifetime) is a new message. The rest (realtime messages) take
+// Publish's claim with the record's key.
+func (n *Node) publishRecord(ctx context.Context, r PublishRequest, key string) (PublishResult, error) {
+	n.applyNamespace(&r)
+	cl, err := r.Validate()
+	if err != nil {
+		return PublishResult{}, err
+	}
+	if !r.Reliable || r.Target.Type == protocol.TargetBroadcast {
+		r.IdempotencyKey = key
+		return n.Publish(ctx, r)
+	}
+	r.IdempotencyKey = key + "/" + r.fingerprint(cl)
+	r.id = recordMessageID(r.IdempotencyKey)
+	if r.Target.Type == protocol.TargetUser && r.Traceparent == "" && r.Except == "" && r.Key == "" {
+		return n.records.publish(ctx, n, r, cl)
+	}
+	return n.publish(ctx, r, cl, r.id)
+}
+
+// recordMessageID is the message id of a record's reliable message: "ds"
+// and 24 hex digits of its key's hash.
+func recordMessageID(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return "ds" + hex.EncodeToString(h[:12])
 }
 
 // isBatchBody reports whether a value is a batch body: an object with

@@ -131,6 +131,7 @@ type Node struct {
 	sources  []downstream.Source // WSGATE_DOWNSTREAM_URL (downstream.go)
 	dsCancel context.CancelFunc  // ends their consumption
 	dsWG     sync.WaitGroup      // their Run calls
+	records  recordBulk          // their reliable user messages, published together
 
 	tracer *tracing.Tracer // nil: spans are not exported (SetTracer)
 

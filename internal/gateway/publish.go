@@ -40,6 +40,10 @@ type PublishRequest struct {
 	// full queue, a queued message of the same target and key is
 	// replaced by this one.
 	Key string
+
+	// id, when set, is the message's id (a downstream record's, derived
+	// from its key: recordMessageID).
+	id string
 }
 
 // PublishResult is the API's answer to a publish.
@@ -388,9 +392,15 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 		r := &reqs[i]
 		m := &ms[k]
 		m.req, m.cl, m.res = r, classes[i], &results[i]
-		m.msg = protocol.Message{ID: n.newID(), Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target, From: r.From}
+		id := r.id
+		if id == "" {
+			id = n.newID()
+		}
+		m.msg = protocol.Message{ID: id, Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target, From: r.From}
 		if r.Reliable {
-			appends = append(appends, cluster.InboxAppend{User: r.Target.ID, Payload: protocol.AppendMessageJSON(make([]byte, 0, msgSize(&m.msg)), &m.msg)})
+			// IdempotencyKey: a downstream record's, bound at the append
+			// (publishRecord); the API's batches come without one.
+			appends = append(appends, cluster.InboxAppend{User: r.Target.ID, Payload: protocol.AppendMessageJSON(make([]byte, 0, msgSize(&m.msg)), &m.msg), Key: r.IdempotencyKey})
 			appendAt = append(appendAt, k)
 			continue
 		}
