@@ -41,14 +41,28 @@ func (s *redisSource) computeGuards(ctx context.Context, entries []entry) {
 		return
 	}
 	targets := s.targetsOfPending(ctx, pend)
+	// The pending entries of each target, oldest first.
+	byTarget := map[string][]string{}
+	for _, p := range pend {
+		for _, t := range targets[p.ID] {
+			byTarget[t] = append(byTarget[t], p.ID)
+		}
+	}
 	for i := range entries {
 		e := &entries[i]
-		if len(e.targets) == 0 {
-			continue
-		}
-		for _, p := range pend {
-			if p.ID != e.id && overlaps(targets[p.ID], e.targets) {
-				e.guard = append(e.guard, p.ID)
+		switch len(e.targets) {
+		case 0:
+		case 1:
+			for _, id := range byTarget[e.targets[0]] {
+				if id != e.id {
+					e.guard = append(e.guard, id)
+				}
+			}
+		default:
+			for _, p := range pend {
+				if p.ID != e.id && overlaps(targets[p.ID], e.targets) {
+					e.guard = append(e.guard, p.ID)
+				}
 			}
 		}
 	}
@@ -112,7 +126,7 @@ func (s *redisSource) awaitGuard(ctx context.Context, guard []string) bool {
 			return false
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		pend, err := s.c.XPendingExt(cctx, &redis.XPendingExtArgs{Stream: s.opts.stream, Group: s.opts.group, Start: guard[0], End: guard[len(guard)-1], Count: guardScan}).Result()
+		pend, err := s.pendingOf(cctx, guard)
 		cancel()
 		if err == nil {
 			still := make(map[string]redis.XPendingExt, len(pend))
@@ -145,6 +159,29 @@ func (s *redisSource) awaitGuard(ctx context.Context, guard []string) bool {
 		}
 	}
 	return true
+}
+
+// pendingOf returns those of ids that are pending, one XPENDING per id in
+// one pipeline: a range from the first to the last would bring every
+// entry pending between them, hundreds when the nodes are busy.
+func (s *redisSource) pendingOf(ctx context.Context, ids []string) ([]redis.XPendingExt, error) {
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.XPendingExtCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.opts.stream, Group: s.opts.group, Start: id, End: id, Count: 1})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	var out []redis.XPendingExt
+	for _, c := range cmds {
+		p, err := c.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		out = append(out, p...)
+	}
+	return out, nil
 }
 
 // claimAndHandle claims entries idle for claim_idle (XCLAIM: only one
