@@ -3,7 +3,9 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -475,6 +478,28 @@ func TestConnPostThroughAnotherNode(t *testing.T) {
 		}
 	}
 
+	// Posts one after the other through either node: taken in the order
+	// they were answered 202, whichever node took them (10 frames: the
+	// rest of the rate's burst of 40 after the 30 above).
+	var want []string
+	for i := range 5 {
+		via := []*testNode{n2, n1}[i%2]
+		var frames []map[string]any
+		for j := range 2 {
+			rid := fmt.Sprintf("q%d-%d", i, j)
+			want = append(want, rid)
+			frames = append(frames, map[string]any{"type": "publish", "id": rid, "target": map[string]any{"type": "user", "id": "dee"}, "event": rid})
+		}
+		if st, body := post(t, via, id, session, frames); st != 202 {
+			t.Fatalf("post %d via %s: %d %s", i, via.cfg.NodeID, st, body)
+		}
+	}
+	for _, rid := range want {
+		if r := s.expect("reply"); str(r.m, "id") != rid || r.m["ok"] != true {
+			t.Fatalf("reply %v, want %s ok (the posts' order)", r.m, rid)
+		}
+	}
+
 	for _, via := range []*testNode{n1, n2} {
 		if st, _ := post(t, via, id, session[:len(session)-2]+"AA", map[string]any{"type": "ping"}); st != 401 {
 			t.Fatalf("wrong session via %s: %d, want 401", via.cfg.NodeID, st)
@@ -757,5 +782,80 @@ func TestTransportsSetting(t *testing.T) {
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil || resp.StatusCode != 404 {
 		t.Fatalf("GET /ws with sse only: %v %v, want 404", resp, err)
+	}
+}
+
+// POST /v1/conn answers what the contract's list leaves to the server: a
+// body over 1 MiB is 413 and the connection goes on; a frame over the
+// message limit is 413 and closes the connection as the same WebSocket
+// frame would (1009); a session naming a node with no record is 404; one
+// naming a live node that does not answer is 503 with Retry-After, after
+// the wait.
+func TestConnPostTooLargeAndUnanswered(t *testing.T) {
+	n := startNode(t, func(c *config.Gateway) { c.MaxMessageBytes = 4096 })
+	s, w := openSSE(t, n, "big", nil, nil)
+	id, session := str(w.m, "conn_id"), str(w.m, "session")
+
+	huge := `[` + strings.Repeat(`{"type":"ping"},`, maxPostBody/16) + `{"type":"ping"}]`
+	if st, body := post(t, n, id, session, huge); st != 413 || !strings.Contains(body, "too_large") {
+		t.Fatalf("a body over 1 MiB: %d %s, want 413 too_large", st, body)
+	}
+	if st, body := post(t, n, id, session, map[string]any{"type": "ping"}); st != 202 {
+		t.Fatalf("a ping after the refused body: %d %s, want 202", st, body)
+	}
+	s.expect("pong")
+
+	// A session naming a node without a record: the connection is gone.
+	nowhere := base64.RawURLEncoding.EncodeToString([]byte("nowhere")) + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 16))
+	if st, body := post(t, n, n.idPrefix+"000000000001", nowhere, map[string]any{"type": "ping"}); st != 404 || !strings.Contains(body, "unknown_connection") {
+		t.Fatalf("a session of a node without a record: %d %s, want 404 unknown_connection", st, body)
+	}
+	// A live node (its record kept fresh) that never answers, as one
+	// whose bus subscription is lost.
+	ghostInfo := func() cluster.NodeInfo {
+		now := time.Now().UnixMilli()
+		return cluster.NodeInfo{ID: "ghost", Status: cluster.StatusActive, StartedAt: now, Heartbeat: now}
+	}
+	if err := n.backend.RegisterNode(context.Background(), ghostInfo()); err != nil {
+		t.Fatal(err)
+	}
+	beat, stopBeat := context.WithCancel(context.Background())
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		tick := time.NewTicker(n.cfg.HeartbeatInterval / 2)
+		defer tick.Stop()
+		for {
+			select {
+			case <-beat.Done():
+				return
+			case <-tick.C:
+				_, _ = n.backend.Heartbeat(beat, ghostInfo())
+			}
+		}
+	}()
+	defer func() { stopBeat(); <-beating }()
+	ghost := base64.RawURLEncoding.EncodeToString([]byte("ghost")) + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 16))
+	req, _ := http.NewRequest("POST", "http://"+n.addr+"/v1/conn/ghostconn", strings.NewReader(`{"type":"ping"}`))
+	req.Header.Set("Authorization", "Bearer "+ghost)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(b), "unavailable") {
+		t.Fatalf("a live node that does not answer: %d (Retry-After %q) %s, want 503 unavailable, Retry-After 1", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+
+	frame := map[string]any{"type": "publish", "id": "p1", "target": map[string]any{"type": "user", "id": "big"}, "data": strings.Repeat("x", 5000)}
+	if st, body := post(t, n, id, session, frame); st != 413 || !strings.Contains(body, "too_large") {
+		t.Fatalf("a frame over the message limit: %d %s, want 413 too_large", st, body)
+	}
+	if c := s.expect("close"); c.m["code"] != float64(1009) {
+		t.Fatalf("close frame %v, want code 1009", c.m)
+	}
+	if !s.ended(5 * time.Second) {
+		t.Fatal("the stream did not end after the close frame")
 	}
 }
