@@ -8,6 +8,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -149,13 +151,26 @@ func TestDownstreamJetStreamNodeKilledServerRestarted(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PUSH", Subjects: []string{"push.user"}, Storage: jetstream.FileStorage}); err != nil {
 		t.Fatal(err)
 	}
+	// The producer retries as a real one would: a publish sent while the
+	// server restarts may get no acknowledgement (a CI run lost one for
+	// 10 s). Its message id (the value's hash) makes JetStream store a
+	// retried record once (duplicate window: 2 minutes).
 	produce := func(vals [][]byte, _ []string) error {
 		for _, v := range vals {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := js.Publish(cctx, "push.user", v)
-			cancel()
-			if err != nil {
-				return err
+			sum := sha256.Sum256(v)
+			id := hex.EncodeToString(sum[:12])
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := js.Publish(cctx, "push.user", v, jetstream.WithMsgID(id))
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					return err
+				}
+				time.Sleep(100 * time.Millisecond) // the retry's backoff
 			}
 		}
 		return nil
