@@ -155,13 +155,13 @@ func (n *Node) handleRecord(ctx context.Context, rec downstream.Record) downstre
 // Publish's claim with the record's key.
 func (n *Node) publishRecord(ctx context.Context, r PublishRequest, key string) (PublishResult, error) {
 	n.applyNamespace(&r)
+	if !r.Reliable || r.Target.Type == protocol.TargetBroadcast {
+		r.IdempotencyKey = key
+		return n.Publish(ctx, r) // validates
+	}
 	cl, err := r.Validate()
 	if err != nil {
 		return PublishResult{}, err
-	}
-	if !r.Reliable || r.Target.Type == protocol.TargetBroadcast {
-		r.IdempotencyKey = key
-		return n.Publish(ctx, r)
 	}
 	r.IdempotencyKey = key + "/" + r.fingerprint(cl)
 	r.id = recordMessageID(r.IdempotencyKey)
