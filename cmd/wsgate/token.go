@@ -12,9 +12,9 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/config"
-	"github.com/wsgate/wsgate/internal/gateway"
 )
 
 // runToken prints a client token signed with the gateway's HS256 secret,
@@ -34,7 +34,7 @@ func runToken(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return fail("%v", err)
 	}
-	vc, err := gateway.VerifierConfig(&cfg.Gateway)
+	vc, err := admission.VerifierConfig(&cfg.Gateway)
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -22,9 +22,9 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/config"
-	"github.com/wsgate/wsgate/internal/gateway"
 )
 
 const tokenSecret = "cmd-test-jwt-secret-0123456789abcdef"
@@ -37,7 +37,7 @@ func gatewayVerifier(t *testing.T, env map[string]string) *auth.Verifier {
 	if err := config.NewGatewaySet(&cfg).Load(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatal(err)
 	}
-	vc, err := gateway.VerifierConfig(&cfg)
+	vc, err := admission.VerifierConfig(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

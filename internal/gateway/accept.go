@@ -20,6 +20,7 @@ import (
 	"github.com/gobwas/ws"
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/proxyproto"
 )
@@ -162,7 +163,7 @@ func (a *acceptor) rearm() {
 // whole request: see TCP_DEFER_ACCEPT); the rest comes with its events.
 // buf is the calling loop's read buffer.
 func (a *acceptor) open(fd int, ip string, buf []byte) {
-	h := &hsConn{a: a, fd: fd, ip: ip, started: time.Now().Unix(), proxy: a.n.trustedPeer(ip)}
+	h := &hsConn{a: a, fd: fd, ip: ip, started: time.Now().Unix(), proxy: a.n.gate.TrustedPeer(ip)}
 	h.mu.Lock() // events may reach h before Register returns
 	defer h.mu.Unlock()
 	tok, err := a.n.poller.Register(fd, h)
@@ -293,7 +294,7 @@ func (h *hsConn) readLocked(buf []byte) {
 				return
 			}
 			if len(rest) > maxRequestHeader { // a PROXY header that never ends
-				h.refuseLocked(tooLarge())
+				h.refuseLocked(admission.TooLarge())
 				return
 			}
 			h.buf = append(h.buf[:0:0], rest...) // a copy: data may be the loop's buffer
@@ -322,7 +323,7 @@ func (h *hsConn) consumeLocked(data []byte) (rest []byte, finished bool) {
 		case errors.Is(err, proxyproto.ErrIncomplete):
 			return data, false
 		case err != nil:
-			h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", err.Error()))
+			h.refuseLocked(admission.Refuse(http.StatusBadRequest, "bad_request", err.Error()))
 			return nil, true
 		}
 		h.proxy = false
@@ -341,10 +342,10 @@ func (h *hsConn) consumeLocked(data []byte) (rest []byte, finished bool) {
 	case bareLF(head) >= 0:
 		// net/http would take it; a client that sends it may wait for
 		// the CRLF CRLF that never comes.
-		h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", errBareLF.Error()))
+		h.refuseLocked(admission.Refuse(http.StatusBadRequest, "bad_request", errBareLF.Error()))
 		return nil, true
 	case len(head) > maxRequestHeader:
-		h.refuseLocked(tooLarge())
+		h.refuseLocked(admission.TooLarge())
 		return nil, true
 	case end >= 0:
 		h.finishLocked(head, data[end+4:])
@@ -371,7 +372,7 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 		return
 	}
 	adm, f := n.admit(&r)
-	if f != nil && !f.awaitKeys {
+	if f != nil && !f.AwaitKeys {
 		h.refuseLocked(f)
 		return
 	}
@@ -382,7 +383,7 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 		// The token names a kid the key set lacks: wait for a refresh
 		// of the set off the event loop, then judge the token again.
 		setup = func() {
-			adm, f := n.admitToken(n.hsCtx, &r, adm, true)
+			adm, f := n.gate.Credentials(n.hsCtx, &r, adm, true)
 			if f != nil {
 				n.refuseTaken(fd, tok, nil, f)
 				return
@@ -394,8 +395,8 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 	// handler ignores its events until the connection takes them over
 	// (conn.startReading).
 	if !n.goHandshake(setup) {
-		n.release(&adm)
-		h.refuseLocked(shuttingDown())
+		n.gate.Release(&adm)
+		h.refuseLocked(admission.ShuttingDown())
 		return
 	}
 	h.fd = -1
@@ -404,7 +405,7 @@ func (h *hsConn) finishLocked(req, rest []byte) {
 // upgradeLocked checks a whole upgrade request and returns what the
 // handshake's checks need and the 101 answer; a bad request is answered
 // (400) and closed, and ok is false.
-func (h *hsConn) upgradeLocked(req []byte) (r wsRequest, resp []byte, ok bool) {
+func (h *hsConn) upgradeLocked(req []byte) (r admission.Request, resp []byte, ok bool) {
 	u, err := scanHead(req)
 	if err == nil {
 		if p := u.problem(); p != "" {
@@ -412,24 +413,24 @@ func (h *hsConn) upgradeLocked(req []byte) (r wsRequest, resp []byte, ok bool) {
 		}
 	}
 	if err != nil {
-		h.refuseLocked(refuseWith(http.StatusBadRequest, "bad_request", err.Error()))
+		h.refuseLocked(admission.Refuse(http.StatusBadRequest, "bad_request", err.Error()))
 		return r, nil, false
 	}
 	r, resp, err = parseUpgrade(req)
 	if err != nil {
 		h.a.n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
-		h.writeCloseLocked(refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)").response())
+		h.writeCloseLocked(admission.Refuse(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)").Response())
 		return r, nil, false
 	}
-	r.ip = h.ip
+	r.IP = h.ip
 	return r, resp, true
 }
 
 // refuseTaken answers a handshake whose socket the handler has handed on
 // (a goroutine of its own judges it) with f and closes it.
-func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsState, f *refusal) {
-	n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
-	b := f.response()
+func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsState, f *admission.Refusal) {
+	n.metrics.HandshakeRejected.WithLabelValues(f.Reason).Inc()
+	b := f.Response()
 	if tr != nil {
 		b = tr.out.seal(nil, recordAppData, b)
 	}
@@ -441,24 +442,24 @@ func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsState, f *refusal) 
 // establishOwn runs the backend step of an admitted handshake and sends
 // the 101 with the welcome. tr is the record layer of a TLS connection
 // (nil: plain).
-func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsState, a admission, resp, initial []byte) {
-	if a.deflate { // both own paths, plain and TLS on the loop
+func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsState, a admission.Params, resp, initial []byte) {
+	if a.Deflate { // both own paths, plain and TLS on the loop
 		resp = with101Extension(resp)
 	}
-	f := n.askProxy(n.hsCtx, &a)
-	if f == nil && a.tp != tpPusher { // a Pusher connection's user is its own socket id
-		f = n.checkUserLimit(n.hsCtx, a.claims.Subject)
+	f := n.gate.AskProxy(n.hsCtx, &a)
+	if f == nil && a.Transport != tpPusher { // a Pusher connection's user is its own socket id
+		f = n.checkUserLimit(n.hsCtx, a.Claims.Subject)
 	}
 	if f != nil {
-		n.release(&a)
+		n.gate.Release(&a)
 		n.refuseTaken(fd, tok, tr, f)
 		return
 	}
-	c := n.newConn(&a, fd, nil, a.tp)
+	c := n.newConn(&a, fd, nil, a.Transport)
 	c.token, c.tr = tok, tr
 	c.outq = [][]byte{resp}
 	c.preamble = true
-	n.establish(c, a.ip, a.since, a.hasSince, a.roomSince, initial)
+	n.establish(c, a.IP, a.Since, a.HasSince, a.RoomSince, initial)
 }
 
 func (h *hsConn) markDoneLocked() {
@@ -469,9 +470,9 @@ func (h *hsConn) markDoneLocked() {
 	h.a.pendMu.Unlock()
 }
 
-func (h *hsConn) refuseLocked(f *refusal) {
-	h.a.n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
-	h.writeCloseLocked(f.response())
+func (h *hsConn) refuseLocked(f *admission.Refusal) {
+	h.a.n.metrics.HandshakeRejected.WithLabelValues(f.Reason).Inc()
+	h.writeCloseLocked(f.Response())
 }
 
 // writeCloseLocked sends a short answer (the socket's buffer is empty, so
@@ -519,55 +520,55 @@ func isWSRequestLine(req []byte) bool {
 
 // parseUpgrade checks a WebSocket upgrade request with gobwas' zero-copy
 // upgrader and returns what the checks need and the 101 answer (not sent).
-func parseUpgrade(req []byte) (wsRequest, []byte, error) {
-	var r wsRequest
+func parseUpgrade(req []byte) (admission.Request, []byte, error) {
+	var r admission.Request
 	var qerr error
 	u := ws.Upgrader{
 		OnRequest: func(uri []byte) error {
 			p, q, ok := bytes.Cut(uri, []byte{'?'})
-			r.path = string(p)
+			r.Path = string(p)
 			if ok {
-				r.query, qerr = url.ParseQuery(string(q))
+				r.Query, qerr = url.ParseQuery(string(q))
 			}
 			return nil
 		},
 		OnHost: func(host []byte) error {
-			r.host = string(host)
+			r.Host = string(host)
 			return nil
 		},
 		OnHeader: func(k, v []byte) error {
 			switch string(k) { // canonical form
 			case "Origin":
-				r.origin = string(v)
+				r.Origin = string(v)
 			case "Authorization":
-				r.authz = string(v)
+				r.Authz = string(v)
 			case "X-Forwarded-For":
-				if r.xff != "" {
-					r.xff += ","
+				if r.XFF != "" {
+					r.XFF += ","
 				}
-				r.xff += string(v)
+				r.XFF += string(v)
 			case "X-Real-Ip":
-				r.realIP = string(v)
+				r.RealIP = string(v)
 			case "Cookie":
-				if r.cookie != "" {
-					r.cookie += "; "
+				if r.Cookie != "" {
+					r.Cookie += "; "
 				}
-				r.cookie += string(v)
+				r.Cookie += string(v)
 			case "User-Agent":
-				r.userAgent = string(v)
+				r.UserAgent = string(v)
 			}
 			return nil
 		},
 		// Read here, judged by admit (acceptsDeflate): an offer is
 		// declined, never a reason to refuse the handshake.
 		ExtensionCustom: func(v []byte, opts []httphead.Option) ([]httphead.Option, bool) {
-			r.exts = append(r.exts, append([]byte(nil), v...))
+			r.Exts = append(r.Exts, append([]byte(nil), v...))
 			return opts, true
 		},
 		// Only wsgate.v1 is ever selected; a bearer.<jwt> entry is read
 		// for the token and never echoed back.
 		ProtocolCustom: func(v []byte) (string, bool) {
-			r.protocols = append(r.protocols, string(v))
+			r.Protocols = append(r.Protocols, string(v))
 			for p := range bytes.SplitSeq(v, []byte{','}) {
 				if string(bytes.TrimSpace(p)) == subprotocol {
 					return subprotocol, true
@@ -583,8 +584,8 @@ func parseUpgrade(req []byte) (wsRequest, []byte, error) {
 	if qerr != nil {
 		return r, nil, qerr
 	}
-	if r.query == nil {
-		r.query = url.Values{}
+	if r.Query == nil {
+		r.Query = url.Values{}
 	}
 	return r, rw.out, nil
 }
@@ -641,21 +642,4 @@ func (c *prefixConn) SyscallConn() (syscall.RawConn, error) {
 		return nil, fmt.Errorf("%T has no descriptor", c.Conn)
 	}
 	return sc.SyscallConn()
-}
-
-func tooLarge() *refusal {
-	return refuseWith(http.StatusRequestHeaderFieldsTooLarge, "bad_request", "request headers larger than 16 KiB")
-}
-
-// response is the whole HTTP answer of a refusal.
-func (f *refusal) response() []byte {
-	body := f.body()
-	b := make([]byte, 0, 160+len(body))
-	b = fmt.Appendf(b, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n",
-		f.status, http.StatusText(f.status), len(body))
-	if s := f.retryAfterSecs(); s > 0 {
-		b = fmt.Appendf(b, "Retry-After: %d\r\n", s)
-	}
-	b = append(b, "\r\n"...)
-	return append(b, body...)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/auth"
 )
 
@@ -70,7 +71,7 @@ func (n *Node) admitKey(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	if wait > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(retrySecs(wait)))
+		w.Header().Set("Retry-After", strconv.Itoa(admission.RetrySecs(wait)))
 	}
 	writeError(w, ae.Status, ae.Code, ae.Message)
 	return false
@@ -82,8 +83,8 @@ func (n *Node) keyRefusal(r *http.Request) (*APIError, time.Duration) {
 	if n.cfg.APIKey == "" && n.cfg.Dev {
 		return nil, 0
 	}
-	req := requestOf(r)
-	ip := n.clientIP(&req)
+	req := admission.FromHTTP(r)
+	ip := n.gate.ClientIP(&req)
 	now := time.Now()
 	if refused, wait := n.keyFails.Refused(ip, now); refused {
 		n.metrics.APIKeyFailures.WithLabelValues("throttled").Inc()

@@ -144,12 +144,12 @@ func BenchmarkHandshakeChecks(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r.ip = "127.0.0.1"
+		r.IP = "127.0.0.1"
 		a, f := n.admit(&r)
 		if f != nil {
-			b.Fatal(f.msg)
+			b.Fatal(f.Msg)
 		}
-		n.release(&a)
+		n.gate.Release(&a)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/config"
 )
 
@@ -19,14 +20,14 @@ import (
 type authService struct {
 	*httptest.Server
 	calls atomic.Int32
-	last  atomic.Value // connectProxyRequest
+	last  atomic.Value // admission.ConnectProxyRequest
 }
 
 func newAuthService(t *testing.T) *authService {
 	s := &authService{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.calls.Add(1)
-		var req connectProxyRequest
+		var req admission.ConnectProxyRequest
 		if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&req) != nil {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
@@ -90,7 +91,7 @@ func TestConnectProxy(t *testing.T) {
 	if w["type"] != "welcome" || w["user"] != "carl" {
 		t.Fatalf("welcome %v, want user carl", w)
 	}
-	req := svc.last.Load().(connectProxyRequest)
+	req := svc.last.Load().(admission.ConnectProxyRequest)
 	if req.IP != "127.0.0.1" || req.Headers["Cookie"] != "session=good; theme=dark" || req.Headers["Origin"] != "http://x" ||
 		req.Headers["User-Agent"] != "test-agent" || req.Query["room"] != "x" || req.Query["format"] != "json" {
 		t.Fatalf("proxy request %+v: want the ip, the four headers and the query", req)
@@ -124,7 +125,7 @@ func TestConnectProxy(t *testing.T) {
 		if resp.StatusCode != tc.status || refusalCode(t, resp) != tc.code {
 			t.Fatalf("%s: %d, want %d %s", tc.cookie, resp.StatusCode, tc.status, tc.code)
 		}
-		if tc.cookie == "session=hang" && time.Since(start) < connectProxyTimeout {
+		if tc.cookie == "session=hang" && time.Since(start) < admission.ConnectProxyTimeout {
 			t.Fatalf("hanging proxy refused after %v, before the 5 s bound", time.Since(start))
 		}
 	}

@@ -120,7 +120,7 @@ func splitFrames(body []byte) ([]json.RawMessage, *postResult) {
 // serveConnPost is POST /v1/conn/{conn_id}.
 func (n *Node) serveConnPost(w http.ResponseWriter, r *http.Request) {
 	res := n.connPost(r)
-	if origin := r.Header.Get("Origin"); origin != "" && len(r.Header.Values("Origin")) == 1 && n.origins.AllowOrigin(origin, r.Host) {
+	if origin := r.Header.Get("Origin"); origin != "" && len(r.Header.Values("Origin")) == 1 && n.gate.Origins().AllowOrigin(origin, r.Host) {
 		w.Header().Set("Access-Control-Allow-Origin", origin)
 		w.Header().Set("Access-Control-Allow-Credentials", "true")
 		w.Header().Add("Vary", "Origin")

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -108,7 +109,7 @@ func resumeFromCursor(q url.Values, cursor string) error {
 		return err
 	}
 	q.Set("since", strconv.FormatInt(since, 10))
-	old, err := parseRoomSince(q["room_since"], 0)
+	old, err := admission.ParseRoomSince(q["room_since"], 0)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -30,17 +31,8 @@ import (
 // node takes permessage-deflate when WSGATE_COMPRESSION is on and the
 // request offers it acceptably (wsframe.AcceptDeflate). An offer it
 // cannot take is declined, never refused.
-func (n *Node) acceptsDeflate(req *wsRequest) bool {
-	return n.cfg.CompressionOn() && len(req.exts) > 0 && wsframe.AcceptDeflate(req.exts)
-}
-
-// headerBytes are a request's header values as the negotiation reads them.
-func headerBytes(vs []string) [][]byte {
-	var out [][]byte
-	for _, v := range vs {
-		out = append(out, []byte(v))
-	}
-	return out
+func (n *Node) acceptsDeflate(req *admission.Request) bool {
+	return n.cfg.CompressionOn() && len(req.Exts) > 0 && wsframe.AcceptDeflate(req.Exts)
 }
 
 const deflateHeader = "Sec-WebSocket-Extensions: " + wsframe.DeflateResponse + "\r\n"
@@ -63,8 +55,8 @@ var deflateUpgrader = func() ws.HTTPUpgrader {
 }()
 
 // httpUpgrader is the net/http path's upgrader for an admission.
-func httpUpgrader(a *admission) *ws.HTTPUpgrader {
-	if a.deflate {
+func httpUpgrader(a *admission.Params) *ws.HTTPUpgrader {
+	if a.Deflate {
 		return &deflateUpgrader
 	}
 	return &upgrader

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	wsgatev1 "github.com/wsgate/wsgate/proto/wsgate/v1"
 	"github.com/wsgate/wsgate/proto/wsgate/v1/wsgatev1connect"
 	"github.com/wsgate/wsgate/protocol"
@@ -36,7 +37,7 @@ func (n *Node) grpcHandler() (string, http.Handler) {
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ae, wait := n.keyRefusal(r); ae != nil {
 			if wait > 0 {
-				w.Header().Set("Retry-After", strconv.Itoa(retrySecs(wait)))
+				w.Header().Set("Retry-After", strconv.Itoa(admission.RetrySecs(wait)))
 			}
 			ew.Write(w, r, grpcError(ae))
 			return

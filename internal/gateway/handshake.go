@@ -2,21 +2,17 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gobwas/ws"
 
-	"github.com/wsgate/wsgate/internal/auth"
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/netpoll"
@@ -31,310 +27,56 @@ var upgrader = ws.HTTPUpgrader{
 	Protocol: func(p string) bool { return p == subprotocol },
 }
 
-// refusal is a handshake answered before the upgrade (contract §3).
-type refusal struct {
-	status     int
-	code       string // the error code in the body
-	reason     string // the metric label
-	msg        string
-	retryAfter time.Duration
-	awaitKeys  bool // the token names a kid the key set lacks: retry after a refresh (admitToken)
-}
-
-func refuseWith(status int, code, msg string) *refusal {
-	return &refusal{status: status, code: code, reason: code, msg: msg}
-}
-
-// retryAfterSecs is the Retry-After value of a 429 or 503 refusal (0: none).
-func (f *refusal) retryAfterSecs() int {
-	if f.status != http.StatusTooManyRequests && f.status != http.StatusServiceUnavailable {
-		return 0
-	}
-	return retrySecs(f.retryAfter)
-}
-
-// retrySecs is a wait as a Retry-After value: whole seconds, rounded up,
-// at least 1.
-func retrySecs(d time.Duration) int {
-	return max(1, int((d+time.Second-1)/time.Second))
-}
-
-func (f *refusal) body() []byte { return errorJSON(f.code, f.msg) }
-
-// errorJSON is the body of every refused request (contract §3, §5).
-func errorJSON(code, msg string) []byte {
-	b, _ := json.Marshal(map[string]protocol.ErrorBody{"error": {Code: code, Message: msg}})
-	return append(b, '\n')
-}
-
 // refuse answers a handshake through net/http.
-func (n *Node) refuse(w http.ResponseWriter, f *refusal) {
-	n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
-	if s := f.retryAfterSecs(); s > 0 {
+func (n *Node) refuse(w http.ResponseWriter, f *admission.Refusal) {
+	n.metrics.HandshakeRejected.WithLabelValues(f.Reason).Inc()
+	if s := f.RetryAfterSecs(); s > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(s))
 	}
-	writeError(w, f.status, f.code, f.msg)
+	writeError(w, f.Status, f.Code, f.Msg)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(errorJSON(code, msg))
-}
-
-func isUpgrade(r *http.Request) bool {
-	return r.Method == http.MethodGet &&
-		headerHasToken(r.Header, "Connection", "upgrade") &&
-		headerHasToken(r.Header, "Upgrade", "websocket") &&
-		r.Header.Get("Sec-WebSocket-Version") == "13" &&
-		r.Header.Get("Sec-WebSocket-Key") != ""
-}
-
-func headerHasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// wsRequest is what a handshake is judged on, read by net/http (serveWS)
-// or by the node's own accept path (accept.go).
-type wsRequest struct {
-	ip        string
-	query     url.Values
-	origin    string
-	host      string
-	authz     string   // the Authorization header
-	protocols []string // the Sec-WebSocket-Protocol headers
-	xff       string   // X-Forwarded-For (all of them, comma-joined)
-	realIP    string   // X-Real-IP
-	cookie    string   // Cookie (all of them, "; "-joined), for WSGATE_CONNECT_URL
-	userAgent string   // User-Agent, for WSGATE_CONNECT_URL
-	exts      [][]byte // the Sec-WebSocket-Extensions headers (deflate.go)
-	path      string   // the request's path (own accept path only)
-}
-
-func requestOf(r *http.Request) wsRequest {
-	return wsRequest{
-		ip: peerIP(r), query: r.URL.Query(), origin: r.Header.Get("Origin"), host: r.Host,
-		authz: r.Header.Get("Authorization"), protocols: r.Header.Values("Sec-WebSocket-Protocol"),
-		xff: strings.Join(r.Header.Values("X-Forwarded-For"), ","), realIP: r.Header.Get("X-Real-Ip"),
-		cookie: strings.Join(r.Header.Values("Cookie"), "; "), userAgent: r.Header.Get("User-Agent"),
-		exts: headerBytes(r.Header.Values("Sec-Websocket-Extensions")),
-	}
-}
-
-// trustedPeer reports whether a peer address is one of
-// WSGATE_TRUSTED_PROXIES.
-func (n *Node) trustedPeer(ip string) bool {
-	if len(n.trusted) == 0 {
-		return false
-	}
-	a, err := netip.ParseAddr(ip)
-	return err == nil && n.trustedAddr(a.Unmap())
-}
-
-func (n *Node) trustedAddr(a netip.Addr) bool {
-	for _, p := range n.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// clientIP is the address the per-IP limits and logs use: the peer's, or
-// for a trusted proxy the rightmost X-Forwarded-For entry that is not one
-// of our proxies; X-Real-IP only when there is no X-Forwarded-For. An
-// entry that does not parse ends the walk at the last hop we trust: what
-// lies left of it is the client's to forge.
-func (n *Node) clientIP(req *wsRequest) string {
-	if !n.trustedPeer(req.ip) {
-		return req.ip
-	}
-	if req.xff != "" {
-		parts := strings.Split(req.xff, ",")
-		for i := len(parts) - 1; i >= 0; i-- {
-			a, err := netip.ParseAddr(strings.TrimSpace(parts[i]))
-			if err != nil {
-				break
-			}
-			if a = a.Unmap(); !n.trustedAddr(a) {
-				return a.String()
-			}
-		}
-		return req.ip
-	}
-	if a, err := netip.ParseAddr(strings.TrimSpace(req.realIP)); err == nil {
-		return a.Unmap().String()
-	}
-	return req.ip
-}
-
-// token reads the client token: Authorization header, then a
-// bearer.<jwt> subprotocol entry, then the token query parameter.
-func (n *Node) token(req *wsRequest) string {
-	if a := req.authz; len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return strings.TrimSpace(a[7:])
-	}
-	for _, v := range req.protocols {
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); strings.HasPrefix(p, "bearer.") {
-				return p[len("bearer."):]
-			}
-		}
-	}
-	if n.cfg.AllowQueryToken {
-		return req.query.Get("token")
-	}
-	return ""
-}
-
-func peerIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-// admission is an accepted handshake's parameters. It holds one slot of
-// the per-IP connection limit until the connection takes it over or
-// release is called.
-type admission struct {
-	ip        string
-	claims    *auth.Claims
-	format    protocol.Format
-	since     int64
-	hasSince  bool
-	device    string           // "" for the default device
-	proxy     []byte           // the WSGATE_CONNECT_URL request still to make (claims is nil until then)
-	roomSince map[string]int64 // room_since: reliable rooms to resume
-	deflate   bool             // permessage-deflate accepted (deflate.go)
-	tp        uint8            // the transport (tpWS, or tpPusher on /app/{key})
+	w.Write(admission.ErrorJSON(code, msg))
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the
-// contract's order. On success the caller owns an IP slot (see admission).
-func (n *Node) admit(req *wsRequest) (admission, *refusal) {
-	a, f := n.admitPeer(req)
+// contract's order. On success the caller owns an IP slot (see admission.Params).
+func (n *Node) admit(req *admission.Request) (admission.Params, *admission.Refusal) {
+	a, f := n.gate.Peer(req)
 	if f != nil {
 		return a, f
 	}
-	a.deflate = n.acceptsDeflate(req)
-	var err error
-	if a.format, err = protocol.ParseFormat(req.query.Get("format")); err != nil {
-		return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
-	}
-	if s := req.query.Get("since"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v < 0 {
-			return a, refuseWith(http.StatusBadRequest, "bad_request", "since must be a non-negative integer, got "+strconv.Quote(s))
-		}
-		a.since, a.hasSince = v, true
-	}
-	if d, ok := req.query["device"]; ok {
-		if len(d) != 1 {
-			return a, refuseWith(http.StatusBadRequest, "bad_request", "device must be given once")
-		}
-		if err := protocol.ValidDevice(d[0]); err != nil {
-			return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
-		}
-		if d[0] != protocol.DefaultDevice {
-			a.device = d[0]
-		}
-	}
-	if a.roomSince, err = parseRoomSince(req.query["room_since"], maxRoomSince); err != nil {
-		return a, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
-	}
-	return n.admitToken(context.Background(), req, a, false)
-}
-
-// admitPeer runs the first checks of every handshake, in the contract's
-// order: the node accepts connections, the Origin, the handshake rate.
-func (n *Node) admitPeer(req *wsRequest) (admission, *refusal) {
-	req.ip = n.clientIP(req)
-	a := admission{ip: req.ip}
-	if !n.accepting() {
-		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node not accepting connections ("+n.notReadyReason()+")")
-		f.retryAfter = 5 * time.Second
+	a.Deflate = n.acceptsDeflate(req)
+	if f := a.ParseQuery(req.Query, maxRoomSince); f != nil {
 		return a, f
 	}
-	if !n.origins.AllowOrigin(req.origin, req.host) {
-		return a, refuseWith(http.StatusForbidden, "origin_forbidden", "Origin "+req.origin+" is not allowed")
-	}
-	if ok, after := n.hsLimiter.Allow(req.ip, time.Now()); !ok {
-		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many handshakes from "+req.ip)
-		f.retryAfter = after
-		return a, f
-	}
-	return a, nil
+	return n.gate.Credentials(context.Background(), req, a, false)
 }
 
-// admitToken is the rest of admit: the token, then the per-IP slot. On the
-// event loop (wait false) it never blocks: a token naming a kid the key
-// set lacks, when a refresh of the set is due, gets a refusal with
-// awaitKeys, and the caller runs admitToken again with wait on a goroutine
-// of its own.
 // admitHTTP runs every check of a handshake that net/http holds (the
 // wait for a key set included): admit, the connect proxy, the user's
 // connection limit. A refusal releases what admit took.
-func (n *Node) admitHTTP(ctx context.Context, req *wsRequest) (admission, *refusal) {
+func (n *Node) admitHTTP(ctx context.Context, req *admission.Request) (admission.Params, *admission.Refusal) {
 	a, f := n.admit(req)
-	if f != nil && f.awaitKeys {
-		a, f = n.admitToken(ctx, req, a, true)
+	if f != nil && f.AwaitKeys {
+		a, f = n.gate.Credentials(ctx, req, a, true)
 	}
 	if f == nil {
-		if f = n.askProxy(ctx, &a); f == nil {
-			f = n.checkUserLimit(ctx, a.claims.Subject)
+		if f = n.gate.AskProxy(ctx, &a); f == nil {
+			f = n.checkUserLimit(ctx, a.Claims.Subject)
 		}
 		if f != nil {
-			n.release(&a)
+			n.gate.Release(&a)
 		}
 	}
 	return a, f
 }
 
-func (n *Node) admitToken(ctx context.Context, req *wsRequest, a admission, wait bool) (admission, *refusal) {
-	var err error
-	if n.useConnectProxy(req) {
-		// Asked off the event loop, once the IP slot is held (askProxy).
-		a.proxy = connectRequest(req)
-	} else if a.claims, err = n.authenticate(ctx, req, wait); err != nil {
-		f := authRefusal(err)
-		if !wait && errors.Is(err, auth.ErrTokenKid) && n.keys.RefreshDue() {
-			f.awaitKeys = true
-		}
-		return a, f
-	}
-	return a, n.acquireIP(req.ip)
-}
-
-// acquireIP takes one slot of the per-IP connection limit (see admission).
-func (n *Node) acquireIP(ip string) *refusal {
-	if !n.ipConns.Acquire(ip) {
-		f := refuseWith(http.StatusTooManyRequests, "rate_limited", "too many connections from "+ip)
-		f.reason, f.retryAfter = "conn_limit", 5*time.Second
-		return f
-	}
-	return nil
-}
-
-func (n *Node) release(a *admission) { n.ipConns.Release(a.ip) }
-
-// shuttingDown refuses a handshake that comes once Shutdown has started.
-func shuttingDown() *refusal {
-	f := refuseWith(http.StatusServiceUnavailable, "unavailable", "node shutting down")
-	f.retryAfter = time.Second
-	return f
-}
-
 // checkUserLimit applies WSGATE_MAX_CONNS_PER_USER (a backend read).
-func (n *Node) checkUserLimit(ctx context.Context, user string) *refusal {
+func (n *Node) checkUserLimit(ctx context.Context, user string) *admission.Refusal {
 	max := n.cfg.MaxConnsPerUser
 	if max <= 0 {
 		return nil
@@ -343,8 +85,8 @@ func (n *Node) checkUserLimit(ctx context.Context, user string) *refusal {
 	routes, err := n.backend.UserRoutes(ctx, user)
 	cancel()
 	if err != nil {
-		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
-		f.retryAfter = 5 * time.Second
+		f := admission.Refuse(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
+		f.RetryAfter = 5 * time.Second
 		return f
 	}
 	if len(routes) >= max && n.cfg.DevicePolicy != config.DeviceSingle {
@@ -353,9 +95,9 @@ func (n *Node) checkUserLimit(ctx context.Context, user string) *refusal {
 	return nil
 }
 
-func userLimitRefusal(user string) *refusal {
-	f := refuseWith(http.StatusTooManyRequests, "rate_limited", "user "+user+" has too many connections")
-	f.reason, f.retryAfter = "conn_limit", 5*time.Second
+func userLimitRefusal(user string) *admission.Refusal {
+	f := admission.Refuse(http.StatusTooManyRequests, "rate_limited", "user "+user+" has too many connections")
+	f.Reason, f.RetryAfter = "conn_limit", 5*time.Second
 	return f
 }
 
@@ -369,23 +111,23 @@ func (n *Node) connLimit() cluster.ConnLimit {
 }
 
 // newConn is the connection of an admitted handshake (not yet in the hub).
-func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO, tp uint8) *conn {
+func (n *Node) newConn(a *admission.Params, fd int, tlsc *tlsIO, tp uint8) *conn {
 	now := time.Now()
 	c := &conn{
-		n: n, fd: fd, tlsc: tlsc, tp: tp, format: a.format, deflate: a.deflate, idSeq: n.idSeq.Add(1), user: a.claims.Subject,
+		n: n, fd: fd, tlsc: tlsc, tp: tp, format: a.Format, deflate: a.Deflate, idSeq: n.idSeq.Add(1), user: a.Claims.Subject,
 		connectedAt: now.UnixMilli(), lastRead: now.Unix(),
 		nextPing: now.Add(n.cfg.PingInterval).Unix(),
 	}
 	if n.cfg.MaxConnsPerIP > 0 {
-		c.ip = a.ip // the connection releases its IP slot when it ends
+		c.ip = a.IP // the connection releases its IP slot when it ends
 	}
 	if tp == tpPusher {
 		c.user = n.pusherSocketID(c.idSeq) // nobody is authenticated (pusher.go)
 	}
-	c.meta = n.metas.get(grants(a.claims), a.device)
-	c.exp = n.connExp(a.claims)
-	if len(a.claims.Info) > 0 { // for presence (the route) and the connect record
-		c.extra().info = a.claims.Info
+	c.meta = n.metas.get(grants(a.Claims), a.Device)
+	c.exp = n.connExp(a.Claims)
+	if len(a.Claims.Info) > 0 { // for presence (the route) and the connect record
+		c.extra().info = a.Claims.Info
 	}
 	n.metrics.ConnectionsTotal.WithLabelValues(tpNames[tp]).Inc()
 	n.accepted.Add(1)
@@ -396,20 +138,20 @@ func (n *Node) newConn(a *admission, fd int, tlsc *tlsIO, tp uint8) *conn {
 // requests on kept-alive HTTP connections and Handler() users. TCP
 // listeners, plain or TLS 1.3, take the node's own accept path.
 func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
-	if !isUpgrade(r) {
-		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
+	if !admission.IsUpgrade(r) {
+		n.refuse(w, admission.Refuse(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
 		return
 	}
 	if p := headOf(r).problem(); p != "" {
-		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", p))
+		n.refuse(w, admission.Refuse(http.StatusBadRequest, "bad_request", p))
 		return
 	}
 	if !n.startHandshake() {
-		n.refuse(w, shuttingDown())
+		n.refuse(w, admission.ShuttingDown())
 		return
 	}
 	defer n.endHandshake()
-	req := requestOf(r)
+	req := admission.FromHTTP(r)
 	a, f := n.admitHTTP(r.Context(), &req)
 	if f != nil {
 		n.refuse(w, f)
@@ -417,7 +159,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	netConn, rw, _, err := httpUpgrader(&a).Upgrade(r, w)
 	if err != nil {
-		n.release(&a)
+		n.gate.Release(&a)
 		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
 		return // gobwas has answered 400
 	}
@@ -433,20 +175,20 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n.establish(n.newConn(&a, fd, tlsc, tpWS), a.ip, a.since, a.hasSince, a.roomSince, initial)
+	n.establish(n.newConn(&a, fd, tlsc, tpWS), a.IP, a.Since, a.HasSince, a.RoomSince, initial)
 }
 
 // takeUpgraded takes a connection net/http upgraded: its descriptor into
 // the event loop, or a TLS connection as crypto/tls keeps it (a reader
 // and a writer goroutine, see tls.go). On failure it releases a and
 // closes the connection.
-func (n *Node) takeUpgraded(netConn net.Conn, a *admission) (fd int, tlsc *tlsIO, ok bool) {
+func (n *Node) takeUpgraded(netConn net.Conn, a *admission.Params) (fd int, tlsc *tlsIO, ok bool) {
 	if tc, ok := netConn.(tlsStream); ok {
 		return -1, newTLSIO(tc), true
 	}
 	fd, err := netpoll.TakeFD(netConn)
 	if err != nil {
-		n.release(a)
+		n.gate.Release(a)
 		netConn.Close()
 		n.log.Error("cannot take the socket into the event loop", "err", err)
 		return -1, nil, false
@@ -454,93 +196,31 @@ func (n *Node) takeUpgraded(netConn net.Conn, a *admission) (fd int, tlsc *tlsIO
 	return fd, nil, true
 }
 
-// authenticate verifies the token (or, in insecure mode, takes ?user=).
-// With wait, a token that names a kid the key set lacks waits for one
-// refresh of the set (see verify).
-func (n *Node) authenticate(ctx context.Context, req *wsRequest, wait bool) (*auth.Claims, error) {
-	tok := n.token(req)
-	if tok == "" && n.cfg.AuthInsecure {
-		user := req.query.Get("user")
-		if user == "" {
-			return nil, errUnauthorized("insecure mode: the user query parameter is required")
-		}
-		if err := protocol.ValidName("user", user); err != nil {
-			return nil, errBadName(err.Error())
-		}
-		return &auth.Claims{Subject: user, Rooms: []string{"*"}, Pub: []string{"user:*", "room:*"}}, nil
-	}
-	if tok == "" {
-		return nil, errUnauthorized("token missing: send Authorization: Bearer <jwt>, a bearer.<jwt> subprotocol or ?token=")
-	}
-	return n.verify(ctx, tok, wait)
-}
-
-// verify checks a client token. With wait, a token naming a kid that the
-// key set lacks waits for one refresh of the set (at most one fetch every
-// 30 s, shared by every waiter) and is checked again: a key added to the
-// set is accepted without a restart. Without wait it never blocks.
-func (n *Node) verify(ctx context.Context, tok string, wait bool) (*auth.Claims, error) {
-	if n.verifier == nil {
-		return nil, errUnauthorized("token verification is not configured on this node")
-	}
-	claims, err := n.verifier.Verify(tok, time.Time{})
-	if err != nil && wait && errors.Is(err, auth.ErrTokenKid) && n.keys.Refresh(ctx) {
-		claims, err = n.verifier.Verify(tok, time.Time{})
-	}
-	return claims, err
-}
-
-// authRefusal answers a failed authentication: 400 for a user id with
-// characters no name may hold (the request is bad, not the credentials),
-// 503 while the key set has never been fetched, else 401.
-func authRefusal(err error) *refusal {
-	var bad errBadName
-	switch {
-	case errors.As(err, &bad) || errors.Is(err, auth.ErrTokenSubjectName):
-		return refuseWith(http.StatusBadRequest, "bad_request", err.Error())
-	case errors.Is(err, auth.ErrKeysUnavailable):
-		f := refuseWith(http.StatusServiceUnavailable, "unavailable", err.Error())
-		f.retryAfter = 5 * time.Second
-		return f
-	}
-	return refuseWith(http.StatusUnauthorized, "unauthorized", err.Error())
-}
-
-// errBadName is a user id (?user= in insecure mode) that is not a valid
-// name.
-type errBadName string
-
-func (e errBadName) Error() string { return string(e) }
-
-type errUnauthorized string
-
-func (e errUnauthorized) Error() string { return string(e) }
-
 // establish registers the upgraded connection, sends welcome, the gap and
 // the replay, then the live messages held meanwhile, and starts reading.
 func (n *Node) establish(c *conn, ip string, since int64, hasSince bool, roomSince map[string]int64, initial []byte) {
 	n.hub.add(c)
 	ctx, cancel := n.bctx(n.hsCtx)
 	defer cancel()
-	refuseOrClose := func(f *refusal, code int) {
+	refuseOrClose := func(f *admission.Refusal, code int) {
 		c.mu.Lock()
 		if c.preamble && c.state == stResuming {
 			// The 101 has not gone out (own accept path): refuse instead.
-			n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
-			c.writeRawLocked(f.response())
+			n.metrics.HandshakeRejected.WithLabelValues(f.Reason).Inc()
+			c.writeRawLocked(f.Response())
 			c.outq = nil
 		} else {
-			c.closeWithReasonLocked(code, f.msg)
+			c.closeWithReasonLocked(code, f.Msg)
 		}
 		c.mu.Unlock()
 		c.teardown("setup failed")
 	}
 	fail := func(what string, err error) {
 		c.logger().Warn("connection setup failed", "step", what, "err", err)
-		f := refuseWith(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
-		f.retryAfter = 5 * time.Second
+		f := admission.Refuse(http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
+		f.RetryAfter = 5 * time.Second
 		if n.hsCtx.Err() != nil {
-			f = shuttingDown()
+			f = admission.ShuttingDown()
 		}
 		refuseOrClose(f, 1011)
 	}
@@ -710,7 +390,7 @@ func (n *Node) forget(c *conn) {
 		n.pusherRates.Delete(c)
 	}
 	if c.ip != "" {
-		n.ipConns.Release(c.ip)
+		n.gate.IPConns().Release(c.ip)
 	}
 	n.removeRoute(cluster.Route{User: c.user, ConnID: c.connID(), Node: n.cfg.NodeID})
 	if len(emptied) > 0 {

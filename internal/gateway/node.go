@@ -20,7 +20,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"runtime"
 	"strconv"
 	"sync"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/allocator"
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
@@ -56,14 +56,9 @@ type Node struct {
 	metrics *metrics.Metrics
 	alloc   allocator.Allocator // /v1/allocate and drain's redirects
 
-	verifier  *auth.Verifier
-	keys      *auth.KeySet // WSGATE_JWKS_URL; nil when unset
-	origins   *auth.OriginPolicy
-	hsLimiter *auth.RateLimiter
-	ipConns   *auth.ConnCounter
-	tlsRate   *auth.RateLimiter // TLS handshakes per client IP, at accept: twice hsLimiter's (tlsaccept.go)
-	tlsIPs    *auth.ConnCounter // sockets per client IP in their TLS handshake
-	trusted   []netip.Prefix    // WSGATE_TRUSTED_PROXIES
+	gate    *admission.Checker // what a handshake must pass before it becomes a connection
+	tlsRate *auth.RateLimiter  // TLS handshakes per client IP, at accept: twice the handshake rate's (tlsaccept.go)
+	tlsIPs  *auth.ConnCounter  // sockets per client IP in their TLS handshake
 
 	poller   *netpoll.Poller
 	writers  chan *conn
@@ -174,9 +169,6 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 		cfg:       cfg,
 		log:       log.With("node", cfg.NodeID),
 		metrics:   m,
-		origins:   auth.NewOriginPolicy(cfg.AllowedOrigins),
-		hsLimiter: auth.NewRateLimiter(cfg.HandshakeRatePerIP),
-		ipConns:   auth.NewConnCounter(cfg.MaxConnsPerIP),
 		tlsRate:   auth.NewBurstLimiter(2*cfg.HandshakeRatePerIP, 2*int(max(math.Floor(cfg.HandshakeRatePerIP), 1))),
 		tlsIPs:    auth.NewConnCounter(2 * cfg.MaxConnsPerIP),
 		startedAt: time.Now(),
@@ -206,33 +198,14 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 			Help: "Connections to the cluster backend (Redis) held by this node.",
 		}, func() float64 { return float64(pc.PoolConns()) }))
 	}
-	trusted, err := config.ParsePrefixes(cfg.TrustedProxies)
-	if err != nil {
-		return nil, fmt.Errorf("WSGATE_TRUSTED_PROXIES: %w", err)
-	}
-	n.trusted = trusted
-	vc, err := VerifierConfig(&cfg)
+	gate, err := admission.New(&cfg, admission.Options{
+		Log: n.log, NotAccepting: n.notAccepting, KeySetMinInterval: keySetMinInterval,
+		OnKeyFetch: func(result string) { n.metrics.KeySetFetches.WithLabelValues(result).Inc() },
+	})
 	if err != nil {
 		return nil, err
 	}
-	if cfg.JWKSURL != "" {
-		ks, err := auth.NewKeySet(auth.KeySetConfig{
-			URL: cfg.JWKSURL, Logger: n.log, MinInterval: keySetMinInterval,
-			OnFetch: func(result string) { n.metrics.KeySetFetches.WithLabelValues(result).Inc() },
-		})
-		if err != nil {
-			return nil, fmt.Errorf("WSGATE_JWKS_URL: %w", err)
-		}
-		n.keys = ks
-	}
-	if len(vc.HMACSecrets) > 0 || vc.PublicKeyPEM != nil || n.keys != nil {
-		vc.KeySet = n.keys
-		v, err := auth.NewVerifier(vc)
-		if err != nil {
-			return nil, err
-		}
-		n.verifier = v
-	}
+	n.gate = gate
 	n.hc = newRPCClient()
 	n.rpcSlots = make(chan struct{}, maxRPCPerNode)
 	if cfg.UpstreamURL != "" {
@@ -386,16 +359,16 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.goFunc(n.heartbeatLoop)
 	n.goFunc(n.sweepLoop)
-	if n.keys != nil {
+	if keys := n.gate.Keys(); keys != nil {
 		// The first fetch, before the node serves; if it fails the node
 		// starts all the same and, until a fetch succeeds, tokens that
-		// need a key of the set are refused with 503 (authRefusal).
+		// need a key of the set are refused with 503 (admission.AuthRefusal).
 		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if !n.keys.Refresh(kctx) {
+		if !keys.Refresh(kctx) {
 			n.log.Warn("JWKS not fetched at start; tokens that need its keys are refused with 503 until it is", "url", n.cfg.JWKSURL)
 		}
 		cancel()
-		n.goFunc(func() { n.keys.Run(n.ctx) })
+		n.goFunc(func() { keys.Run(n.ctx) })
 	}
 	if n.cfg.Warmup > 0 {
 		n.goFunc(n.warmupLoop)
@@ -511,6 +484,14 @@ func (n *Node) Ready() bool {
 // share in proportion to its weight).
 func (n *Node) accepting() bool {
 	return n.healthy.Load() && !n.draining.Load()
+}
+
+// notAccepting says why the node takes no handshake ("" when it does).
+func (n *Node) notAccepting() string {
+	if n.accepting() {
+		return ""
+	}
+	return n.notReadyReason()
 }
 
 func (n *Node) info() cluster.NodeInfo {

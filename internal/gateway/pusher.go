@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
@@ -85,13 +86,13 @@ func pusherRefusal(resp []byte, code int, msg string) []byte {
 // admitPusher runs the checks of a handshake that a Pusher connection
 // goes through: the node accepts connections, the Origin, the handshake
 // rate and the connection limit of the IP. It carries no token.
-func (n *Node) admitPusher(req *wsRequest) (admission, *refusal) {
-	a, f := n.admitPeer(req)
-	a.tp, a.claims = tpPusher, &auth.Claims{}
+func (n *Node) admitPusher(req *admission.Request) (admission.Params, *admission.Refusal) {
+	a, f := n.gate.Peer(req)
+	a.Transport, a.Claims = tpPusher, &auth.Claims{}
 	if f != nil {
 		return a, f
 	}
-	return a, n.acquireIP(req.ip)
+	return a, n.gate.AcquireIP(req.IP)
 }
 
 // pusherLocked takes a whole GET /app/{key} on the own accept path.
@@ -101,7 +102,7 @@ func (h *hsConn) pusherLocked(req, rest []byte) {
 	if !ok {
 		return
 	}
-	if code, msg := n.pusherProblem(r.path, r.query); code != 0 {
+	if code, msg := n.pusherProblem(r.Path, r.Query); code != 0 {
 		n.metrics.HandshakeRejected.WithLabelValues("pusher_" + strconv.Itoa(code)).Inc()
 		h.writeCloseLocked(pusherRefusal(resp, code, msg))
 		return
@@ -114,8 +115,8 @@ func (h *hsConn) pusherLocked(req, rest []byte) {
 	initial := append([]byte(nil), rest...)
 	fd, tok := h.fd, h.tok
 	if !n.goHandshake(func() { n.establishOwn(fd, tok, nil, adm, resp, initial) }) {
-		n.release(&adm)
-		h.refuseLocked(shuttingDown())
+		n.gate.Release(&adm)
+		h.refuseLocked(admission.ShuttingDown())
 		return
 	}
 	h.fd = -1
@@ -124,20 +125,20 @@ func (h *hsConn) pusherLocked(req, rest []byte) {
 // servePusher is GET /app/{key} through net/http: TLS 1.2 clients and
 // requests on kept-alive HTTP connections.
 func (n *Node) servePusher(w http.ResponseWriter, r *http.Request) {
-	if !isUpgrade(r) {
-		n.refuse(w, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
+	if !admission.IsUpgrade(r) {
+		n.refuse(w, admission.Refuse(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
 		return
 	}
 	if !n.startHandshake() {
-		n.refuse(w, shuttingDown())
+		n.refuse(w, admission.ShuttingDown())
 		return
 	}
 	defer n.endHandshake()
-	req := requestOf(r)
+	req := admission.FromHTTP(r)
 	code, msg := n.pusherProblem(r.URL.Path, r.URL.Query())
-	var a admission
+	var a admission.Params
 	if code == 0 {
-		var f *refusal
+		var f *admission.Refusal
 		if a, f = n.admitPusher(&req); f != nil {
 			n.refuse(w, f)
 			return
@@ -146,7 +147,7 @@ func (n *Node) servePusher(w http.ResponseWriter, r *http.Request) {
 	netConn, _, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
 		if code == 0 {
-			n.release(&a)
+			n.gate.Release(&a)
 		}
 		n.metrics.HandshakeRejected.WithLabelValues("bad_request").Inc()
 		return
@@ -162,7 +163,7 @@ func (n *Node) servePusher(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	n.establish(n.newConn(&a, fd, tlsc, tpPusher), a.ip, 0, false, nil, nil)
+	n.establish(n.newConn(&a, fd, tlsc, tpPusher), a.IP, 0, false, nil, nil)
 }
 
 // pusherFrame is d's frame on Pusher connections, encoded once.

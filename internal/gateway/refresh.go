@@ -22,7 +22,7 @@ import (
 // It runs on the connection's inbound goroutine, which handles frames in
 // order, so the frames after the refresh are judged by the new grants.
 func (c *conn) refresh(ctx context.Context, cf *protocol.ClientFrame) {
-	claims, err := c.n.verify(ctx, cf.Token, true)
+	claims, err := c.n.gate.Verify(ctx, cf.Token, true)
 	switch {
 	case err != nil:
 		c.n.metrics.TokenRefresh.WithLabelValues(metrics.RefreshInvalid).Inc()

@@ -129,10 +129,10 @@ func (c *conn) publishFrame(ctx context.Context, cf *protocol.ClientFrame) {
 // checkRoomToken verifies a room token: signed as client tokens are, for
 // this user, naming this room.
 func (n *Node) checkRoomToken(tok, user, room string) error {
-	if n.verifier == nil {
+	if n.gate.Verifier() == nil {
 		return fmt.Errorf("the node has no token keys (WSGATE_JWT_SECRET, WSGATE_JWT_PUBLIC_KEY_FILE or WSGATE_JWKS_URL)")
 	}
-	cl, err := n.verifier.Verify(tok, time.Time{})
+	cl, err := n.gate.Verifier().Verify(tok, time.Time{})
 	switch {
 	case err != nil:
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
@@ -182,65 +183,65 @@ type streamBody struct {
 
 // streamRequest reads the handshake parameters of an HTTP transport
 // request; a non-nil refusal is its answer.
-func (n *Node) streamRequest(r *http.Request, tp uint8) (wsRequest, *refusal) {
-	req := requestOf(r)
-	req.protocols, req.exts = nil, nil // no subprotocol, no deflate
+func (n *Node) streamRequest(r *http.Request, tp uint8) (admission.Request, *admission.Refusal) {
+	req := admission.FromHTTP(r)
+	req.Protocols, req.Exts = nil, nil // no subprotocol, no deflate
 	if len(r.Header.Values("Origin")) > 1 {
-		return req, refuseWith(http.StatusBadRequest, "bad_request", "more than one Origin header")
+		return req, admission.Refuse(http.StatusBadRequest, "bad_request", "more than one Origin header")
 	}
 	if tp == tpStream && r.Body != nil {
 		raw, err := io.ReadAll(io.LimitReader(r.Body, maxStreamBody+1))
 		if err != nil {
-			return req, refuseWith(http.StatusBadRequest, "bad_request", "request body: "+err.Error())
+			return req, admission.Refuse(http.StatusBadRequest, "bad_request", "request body: "+err.Error())
 		}
 		if len(raw) > maxStreamBody {
-			return req, refuseWith(http.StatusRequestEntityTooLarge, "bad_request", "request body over 64 KiB")
+			return req, admission.Refuse(http.StatusRequestEntityTooLarge, "bad_request", "request body over 64 KiB")
 		}
 		if len(bytes.TrimSpace(raw)) > 0 {
 			var body streamBody
 			if err := json.Unmarshal(raw, &body); err != nil {
-				return req, refuseWith(http.StatusBadRequest, "bad_request", "request body: "+err.Error())
+				return req, admission.Refuse(http.StatusBadRequest, "bad_request", "request body: "+err.Error())
 			}
-			if body.Token != "" && req.authz == "" {
+			if body.Token != "" && req.Authz == "" {
 				// A body is not a URL: it ends up in no access log.
-				req.authz = "Bearer " + body.Token
+				req.Authz = "Bearer " + body.Token
 			}
 			if len(body.Since) > 0 && string(body.Since) != "null" {
 				s := strings.Trim(string(body.Since), `"`)
-				req.query.Set("since", s)
+				req.Query.Set("since", s)
 			}
 			for _, v := range body.RoomSince {
-				req.query.Add("room_since", v)
+				req.Query.Add("room_since", v)
 			}
 			if body.Device != nil {
-				req.query.Set("device", *body.Device)
+				req.Query.Set("device", *body.Device)
 			}
 			if body.Format != "" {
-				req.query.Set("format", body.Format)
+				req.Query.Set("format", body.Format)
 			}
 			if body.User != "" {
-				req.query.Set("user", body.User)
+				req.Query.Set("user", body.User)
 			}
 		}
 	}
-	if tp == tpSSE && req.authz == "" {
+	if tp == tpSSE && req.Authz == "" {
 		// EventSource cannot set headers: /sse takes the query token also
 		// when WSGATE_ALLOW_QUERY_TOKEN is false (contract 18).
-		if t := req.query.Get("token"); t != "" {
-			req.authz = "Bearer " + t
+		if t := req.Query.Get("token"); t != "" {
+			req.Authz = "Bearer " + t
 		}
 	}
-	if f := req.query.Get("format"); f != "" && f != "json" {
-		return req, refuseWith(http.StatusBadRequest, "bad_request", "format "+strconv.Quote(f)+" is not carried on "+tpNames[tp]+": its frames are JSON text (use format=json, or a WebSocket for msgpack)")
+	if f := req.Query.Get("format"); f != "" && f != "json" {
+		return req, admission.Refuse(http.StatusBadRequest, "bad_request", "format "+strconv.Quote(f)+" is not carried on "+tpNames[tp]+": its frames are JSON text (use format=json, or a WebSocket for msgpack)")
 	}
 	if tp == tpSSE {
 		id := r.Header.Get("Last-Event-ID")
 		if id == "" {
-			id = req.query.Get("last_event_id")
+			id = req.Query.Get("last_event_id")
 		}
 		if id != "" {
-			if err := resumeFromCursor(req.query, id); err != nil {
-				return req, refuseWith(http.StatusBadRequest, "bad_request", err.Error())
+			if err := resumeFromCursor(req.Query, id); err != nil {
+				return req, admission.Refuse(http.StatusBadRequest, "bad_request", err.Error())
 			}
 		}
 	}
@@ -260,7 +261,7 @@ func (n *Node) serveHTTPStream(w http.ResponseWriter, r *http.Request, tp uint8)
 		}
 	}()
 	if !n.startHandshake() {
-		n.refuse(w, shuttingDown())
+		n.refuse(w, admission.ShuttingDown())
 		return
 	}
 	defer n.endHandshake()
@@ -281,14 +282,14 @@ func (n *Node) serveHTTPStream(w http.ResponseWriter, r *http.Request, tp uint8)
 		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 		h2 = newH2Stream(w, r)
 		c := n.newConn(&a, -1, newTLSIO(h2), tp)
-		c.outq = [][]byte{streamHeader(tp, req.origin)}
+		c.outq = [][]byte{streamHeader(tp, req.Origin)}
 		c.preamble = true
-		n.establish(c, a.ip, a.since, a.hasSince, a.roomSince, nil)
+		n.establish(c, a.IP, a.Since, a.HasSince, a.RoomSince, nil)
 		return
 	}
 	netConn, _, err := hj.Hijack()
 	if err != nil {
-		n.release(&a)
+		n.gate.Release(&a)
 		n.log.Warn("cannot take over a stream's connection", "err", err)
 		return
 	}
@@ -301,7 +302,7 @@ func (n *Node) serveHTTPStream(w http.ResponseWriter, r *http.Request, tp uint8)
 	if tc, ok := netConn.(tlsStream); ok {
 		tlsc = newTLSIO(tc)
 	} else if fd, err = netpoll.TakeFD(netConn); err != nil {
-		n.release(&a)
+		n.gate.Release(&a)
 		netConn.Close()
 		n.log.Error("cannot take the socket into the event loop", "err", err)
 		return
@@ -312,9 +313,9 @@ func (n *Node) serveHTTPStream(w http.ResponseWriter, r *http.Request, tp uint8)
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(pong/time.Millisecond))
 	}
 	c := n.newConn(&a, fd, tlsc, tp)
-	c.outq = [][]byte{streamHeader(tp, req.origin)}
+	c.outq = [][]byte{streamHeader(tp, req.Origin)}
 	c.preamble = true
-	n.establish(c, a.ip, a.since, a.hasSince, a.roomSince, nil)
+	n.establish(c, a.IP, a.Since, a.HasSince, a.RoomSince, nil)
 }
 
 // streamPreflight answers the CORS preflight of POST /stream and POST
@@ -323,7 +324,7 @@ func (n *Node) streamPreflight(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Add("Vary", "Origin")
 	origin := r.Header.Get("Origin")
-	if origin == "" || len(r.Header.Values("Origin")) != 1 || !n.origins.AllowOrigin(origin, r.Host) {
+	if origin == "" || len(r.Header.Values("Origin")) != 1 || !n.gate.Origins().AllowOrigin(origin, r.Host) {
 		w.WriteHeader(http.StatusForbidden)
 		return
 	}

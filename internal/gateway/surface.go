@@ -7,6 +7,7 @@ import (
 	"net/http/pprof"
 	"net/netip"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/web"
 )
 
@@ -27,7 +28,7 @@ func (n *Node) routes() (public, admin *http.ServeMux) {
 	}
 	public = http.NewServeMux()
 	n.clientRoutes(public)
-	web.RegisterPublic(public, n.cfg.Dev, n.origins.CORS)
+	web.RegisterPublic(public, n.cfg.Dev, n.gate.Origins().CORS)
 	admin = http.NewServeMux()
 	admin.HandleFunc("GET /healthz", n.serveHealth)
 	admin.HandleFunc("GET /readyz", n.serveReady)
@@ -64,7 +65,7 @@ func (n *Node) clientRoutes(mux *http.ServeMux) {
 // allocateRoutes serves /v1/allocate, to pages of the origins
 // WSGATE_ALLOWED_ORIGINS allows too (CORS, preflights included).
 func (n *Node) allocateRoutes(mux *http.ServeMux) {
-	h := n.origins.CORS(http.HandlerFunc(n.serveAllocate))
+	h := n.gate.Origins().CORS(http.HandlerFunc(n.serveAllocate))
 	mux.Handle("GET /v1/allocate", h)
 	mux.Handle("OPTIONS /v1/allocate", h)
 }
@@ -99,7 +100,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 	api("/api/", func(w http.ResponseWriter, r *http.Request) error {
 		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "no such API endpoint: " + r.Method + " " + r.URL.Path}
 	})
-	web.Register(mux, n.origins.CORS)
+	web.Register(mux, n.gate.Origins().CORS)
 	p := ProfilerHandler()
 	if loopbackPprof {
 		p = LoopbackOnly(p)
@@ -128,7 +129,7 @@ func ProfilerHandler() http.Handler {
 // reverse proxy on the same host is a loopback peer too.
 func LoopbackOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, err := netip.ParseAddr(peerIP(r))
+		a, err := netip.ParseAddr(admission.PeerIP(r))
 		forwarded := r.Header.Get("X-Forwarded-For") != "" || r.Header.Get("X-Real-Ip") != "" || r.Header.Get("Forwarded") != ""
 		if err != nil || !a.Unmap().IsLoopback() || forwarded {
 			http.NotFound(w, r)

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/netpoll"
 )
 
@@ -107,14 +108,14 @@ func (n *Node) listenerTLS() (*tls.Config, error) {
 // with the request). It returns the refusal's reason, or "" with an IP
 // slot taken when slot is true.
 func (n *Node) acceptTLS(ip string) (reason string, slot bool) {
-	if n.trustedPeer(ip) {
+	if n.gate.TrustedPeer(ip) {
 		return "", false
 	}
 	if max := 2 * n.cfg.MaxConnsPerIP; max > 0 {
 		if !n.tlsIPs.Acquire(ip) {
 			return "conn_limit", false
 		}
-		if n.tlsIPs.Count(ip)+n.ipConns.Count(ip) > max {
+		if n.tlsIPs.Count(ip)+n.gate.IPConns().Count(ip) > max {
 			n.tlsIPs.Release(ip)
 			return "conn_limit", false
 		}
@@ -194,9 +195,9 @@ func (n *Node) tlsHandshake(s *hsSock) {
 	s.watch(st.CipherSuite)
 	req, end, f := readRequest(tc)
 	if f != nil {
-		n.metrics.HandshakeRejected.WithLabelValues(f.reason).Inc()
+		n.metrics.HandshakeRejected.WithLabelValues(f.Reason).Inc()
 		s.releaseIP()
-		_, _ = tc.Write(f.response())
+		_, _ = tc.Write(f.Response())
 		s.Close()
 		return
 	}
@@ -230,7 +231,7 @@ func (n *Node) tlsHandshake(s *hsSock) {
 // readRequest reads the request head through tc (with what came after
 // it in the same record). req is nil when the client went away; f is set
 // for a request to refuse.
-func readRequest(tc *tls.Conn) (req []byte, end int, f *refusal) {
+func readRequest(tc *tls.Conn) (req []byte, end int, f *admission.Refusal) {
 	// A whole record's plaintext fits: tc never keeps part of one.
 	rb := make([]byte, maxPlaintext+256)
 	for {
@@ -244,9 +245,9 @@ func readRequest(tc *tls.Conn) (req []byte, end int, f *refusal) {
 			}
 			switch {
 			case bareLF(head) >= 0:
-				return nil, 0, refuseWith(http.StatusBadRequest, "bad_request", errBareLF.Error())
+				return nil, 0, admission.Refuse(http.StatusBadRequest, "bad_request", errBareLF.Error())
 			case len(head) > maxRequestHeader:
-				return nil, 0, tooLarge()
+				return nil, 0, admission.TooLarge()
 			case e >= 0:
 				return req, e + 4, nil
 			}
@@ -270,18 +271,18 @@ func (n *Node) judgeTLS(s *hsSock, tr *tlsState, req, rest []byte) {
 		}
 	}
 	if err != nil {
-		n.refuseTaken(fd, tok, tr, refuseWith(http.StatusBadRequest, "bad_request", err.Error()))
+		n.refuseTaken(fd, tok, tr, admission.Refuse(http.StatusBadRequest, "bad_request", err.Error()))
 		return
 	}
 	r, resp, err := parseUpgrade(req)
 	if err != nil {
-		n.refuseTaken(fd, tok, tr, refuseWith(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
+		n.refuseTaken(fd, tok, tr, admission.Refuse(http.StatusBadRequest, "bad_request", "not a WebSocket upgrade request (GET with Upgrade: websocket, Sec-WebSocket-Version: 13)"))
 		return
 	}
-	r.ip = s.ip
+	r.IP = s.ip
 	adm, f := n.admit(&r)
-	if f != nil && f.awaitKeys {
-		adm, f = n.admitToken(n.hsCtx, &r, adm, true)
+	if f != nil && f.AwaitKeys {
+		adm, f = n.gate.Credentials(n.hsCtx, &r, adm, true)
 	}
 	s.releaseIP() // admitted: the connection holds its own slot
 	if f != nil {
