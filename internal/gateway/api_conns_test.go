@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -118,7 +119,7 @@ func TestDisconnectOneConnectionOnAnotherNode(t *testing.T) {
 	if ids, _, _ := listAll(t, n2, "t1", 10); !slices.Equal(ids, []string{keptID}) {
 		t.Fatalf("t1 lists %v after the disconnect, want only %s", ids, keptID)
 	}
-	pub(t, n2, PublishRequest{Target: protocol.Target{Type: "user", ID: "erin"}, Event: "still", Data: raw(`1`)})
+	pub(t, n2, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "erin"}, Event: "still", Data: raw(`1`)})
 	if f := kept.expect("message"); f["event"] != "still" {
 		t.Fatalf("the other connection got %v", f)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	wsgatev1 "github.com/wsgate/wsgate/proto/wsgate/v1"
 	"github.com/wsgate/wsgate/proto/wsgate/v1/wsgatev1connect"
@@ -26,15 +27,15 @@ import (
 // run against each (forEachTransport); an error is compared as the HTTP
 // status and contract code it stands for.
 type apiTransport interface {
-	publish(key string, r PublishRequest, hdr http.Header) (PublishResult, *apiErr)
-	batch(key string, rs []PublishRequest) ([]batchItem, *apiErr)
+	publish(key string, r api.PublishRequest, hdr http.Header) (api.PublishResult, *apiErr)
+	batch(key string, rs []api.PublishRequest) ([]batchItem, *apiErr)
 	join(key, room, user string) *apiErr
 	leave(key, room, user string) *apiErr
 	members(key, room string) ([]string, *apiErr)
 	history(key, room string, since int64, limit int) (int64, []protocol.Message, *apiErr)
-	presence(key, user string) ([]PresenceConn, *apiErr)
+	presence(key, user string) ([]api.PresenceConn, *apiErr)
 	disconnect(key, user, reason string) (int, *apiErr)
-	nodes(key string) ([]NodeEntry, *apiErr)
+	nodes(key string) ([]api.NodeEntry, *apiErr)
 	drain(key, node string) *apiErr
 }
 
@@ -48,7 +49,7 @@ type apiErr struct {
 
 // batchItem is one result of a batch: a publish answer or an error.
 type batchItem struct {
-	res PublishResult
+	res api.PublishResult
 	err *apiErr
 }
 
@@ -119,7 +120,7 @@ func (h httpTransport) call(method, path, key string, body []byte, hdr http.Head
 }
 
 // publishJSON is a publish as the JSON API takes it.
-func publishJSON(r PublishRequest) map[string]any {
+func publishJSON(r api.PublishRequest) map[string]any {
 	m := map[string]any{"target": r.Target, "event": r.Event, "reliable": r.Reliable, "class": r.Class, "idempotency_key": r.IdempotencyKey}
 	if r.Data != nil {
 		m["data"] = r.Data
@@ -130,13 +131,13 @@ func publishJSON(r PublishRequest) map[string]any {
 	return m
 }
 
-func (h httpTransport) publish(key string, r PublishRequest, hdr http.Header) (PublishResult, *apiErr) {
+func (h httpTransport) publish(key string, r api.PublishRequest, hdr http.Header) (api.PublishResult, *apiErr) {
 	b, _ := json.Marshal(publishJSON(r))
-	var res PublishResult
+	var res api.PublishResult
 	return res, h.call("POST", "/api/v1/publish", key, b, hdr, &res)
 }
 
-func (h httpTransport) batch(key string, rs []PublishRequest) ([]batchItem, *apiErr) {
+func (h httpTransport) batch(key string, rs []api.PublishRequest) ([]batchItem, *apiErr) {
 	msgs := make([]any, len(rs))
 	for i, r := range rs {
 		msgs[i] = publishJSON(r)
@@ -144,7 +145,7 @@ func (h httpTransport) batch(key string, rs []PublishRequest) ([]batchItem, *api
 	b, _ := json.Marshal(map[string]any{"messages": msgs})
 	var out struct {
 		Results []struct {
-			PublishResult
+			api.PublishResult
 			Error *struct{ Code, Message string }
 		}
 	}
@@ -185,10 +186,10 @@ func (h httpTransport) history(key, room string, since int64, limit int) (int64,
 	return out.Seq, out.Messages, e
 }
 
-func (h httpTransport) presence(key, user string) ([]PresenceConn, *apiErr) {
+func (h httpTransport) presence(key, user string) ([]api.PresenceConn, *apiErr) {
 	var out struct {
 		Online      bool
-		Connections []PresenceConn
+		Connections []api.PresenceConn
 	}
 	e := h.call("GET", "/api/v1/users/"+url.PathEscape(user)+"/presence", key, nil, nil, &out)
 	if e == nil && out.Online != (len(out.Connections) > 0) {
@@ -204,8 +205,8 @@ func (h httpTransport) disconnect(key, user, reason string) (int, *apiErr) {
 	return out.Disconnected, e
 }
 
-func (h httpTransport) nodes(key string) ([]NodeEntry, *apiErr) {
-	var out struct{ Nodes []NodeEntry }
+func (h httpTransport) nodes(key string) ([]api.NodeEntry, *apiErr) {
+	var out struct{ Nodes []api.NodeEntry }
 	e := h.call("GET", "/api/v1/nodes", key, nil, nil, &out)
 	return out.Nodes, e
 }
@@ -218,7 +219,7 @@ type grpcTransport struct {
 	c wsgatev1connect.APIServiceClient
 }
 
-// grpcStatus is the HTTP status a Connect code stands for (grpc.go).
+// grpcStatus is the HTTP status a Connect code stands for (internal/api/grpc.go).
 var grpcStatus = map[connect.Code]int{
 	connect.CodeInvalidArgument:    400,
 	connect.CodeUnauthenticated:    401,
@@ -258,7 +259,7 @@ func grpcCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 10*time.Second)
 }
 
-func publishMessage(r PublishRequest) *wsgatev1.PublishRequest {
+func publishMessage(r api.PublishRequest) *wsgatev1.PublishRequest {
 	m := &wsgatev1.PublishRequest{Event: r.Event, Data: string(r.Data), Reliable: r.Reliable, Class: r.Class, IdempotencyKey: r.IdempotencyKey, Key: r.Key}
 	if r.Target != (protocol.Target{}) {
 		m.Target = &wsgatev1.Target{Type: r.Target.Type, Id: r.Target.ID}
@@ -266,21 +267,21 @@ func publishMessage(r PublishRequest) *wsgatev1.PublishRequest {
 	return m
 }
 
-func publishResult(m *wsgatev1.PublishResponse) PublishResult {
-	return PublishResult{ID: m.GetId(), Seq: m.GetSeq(), Online: m.Online}
+func publishResult(m *wsgatev1.PublishResponse) api.PublishResult {
+	return api.PublishResult{ID: m.GetId(), Seq: m.GetSeq(), Online: m.Online}
 }
 
-func (g grpcTransport) publish(key string, r PublishRequest, hdr http.Header) (PublishResult, *apiErr) {
+func (g grpcTransport) publish(key string, r api.PublishRequest, hdr http.Header) (api.PublishResult, *apiErr) {
 	ctx, cancel := grpcCtx()
 	defer cancel()
 	res, err := g.c.Publish(ctx, request(key, publishMessage(r), hdr))
 	if err != nil {
-		return PublishResult{}, asAPIErr(err)
+		return api.PublishResult{}, asAPIErr(err)
 	}
 	return publishResult(res.Msg), nil
 }
 
-func (g grpcTransport) batch(key string, rs []PublishRequest) ([]batchItem, *apiErr) {
+func (g grpcTransport) batch(key string, rs []api.PublishRequest) ([]batchItem, *apiErr) {
 	ctx, cancel := grpcCtx()
 	defer cancel()
 	m := &wsgatev1.PublishBatchRequest{}
@@ -340,16 +341,16 @@ func (g grpcTransport) history(key, room string, since int64, limit int) (int64,
 	return res.Msg.GetSeq(), out, nil
 }
 
-func (g grpcTransport) presence(key, user string) ([]PresenceConn, *apiErr) {
+func (g grpcTransport) presence(key, user string) ([]api.PresenceConn, *apiErr) {
 	ctx, cancel := grpcCtx()
 	defer cancel()
 	res, err := g.c.GetPresence(ctx, request(key, &wsgatev1.GetPresenceRequest{User: user}, nil))
 	if err != nil {
 		return nil, asAPIErr(err)
 	}
-	var out []PresenceConn
+	var out []api.PresenceConn
 	for _, c := range res.Msg.GetConnections() {
-		out = append(out, PresenceConn{ConnID: c.GetConnId(), Node: c.GetNode(), ConnectedAt: c.GetConnectedAt(), Device: c.GetDevice(), Info: rawOrNil(c.GetInfoJson())})
+		out = append(out, api.PresenceConn{ConnID: c.GetConnId(), Node: c.GetNode(), ConnectedAt: c.GetConnectedAt(), Device: c.GetDevice(), Info: rawOrNil(c.GetInfoJson())})
 	}
 	if res.Msg.GetOnline() != (len(out) > 0) {
 		return out, &apiErr{status: -1, message: "online disagrees with the connections"}
@@ -367,16 +368,16 @@ func (g grpcTransport) disconnect(key, user, reason string) (int, *apiErr) {
 	return int(res.Msg.GetDisconnected()), nil
 }
 
-func (g grpcTransport) nodes(key string) ([]NodeEntry, *apiErr) {
+func (g grpcTransport) nodes(key string) ([]api.NodeEntry, *apiErr) {
 	ctx, cancel := grpcCtx()
 	defer cancel()
 	res, err := g.c.ListNodes(ctx, request(key, &wsgatev1.ListNodesRequest{}, nil))
 	if err != nil {
 		return nil, asAPIErr(err)
 	}
-	var out []NodeEntry
+	var out []api.NodeEntry
 	for _, x := range res.Msg.GetNodes() {
-		out = append(out, NodeEntry{ID: x.GetId(), URL: x.GetUrl(), Status: x.GetStatus(), Connections: int(x.GetConnections()), Weight: int(x.GetWeight()),
+		out = append(out, api.NodeEntry{ID: x.GetId(), URL: x.GetUrl(), Status: x.GetStatus(), Connections: int(x.GetConnections()), Weight: int(x.GetWeight()),
 			HeartbeatAgeMS: x.GetHeartbeatAgeMs(), StartedAt: x.GetStartedAt(), Version: x.GetVersion(), Load: x.GetLoad()})
 	}
 	return out, nil
@@ -405,28 +406,28 @@ func TestAPIPublishErrors(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, n *testNode, tr apiTransport) {
 		u := protocolTarget("user", "u")
 		for _, tc := range []struct {
-			r   PublishRequest
+			r   api.PublishRequest
 			msg string
 		}{
-			{PublishRequest{Target: protocolTarget("planet", "x")}, "target.type"},
-			{PublishRequest{Target: u, Class: "urgent"}, "class"},
-			{PublishRequest{Target: protocolTarget("broadcast", ""), Reliable: true}, "reliable"},
-			{PublishRequest{Target: protocolTarget("user", "")}, "target."},
-			{PublishRequest{Event: "e"}, "target"},
-			{PublishRequest{Target: u, Event: strings.Repeat("e", 300)}, "event"},
+			{api.PublishRequest{Target: protocolTarget("planet", "x")}, "target.type"},
+			{api.PublishRequest{Target: u, Class: "urgent"}, "class"},
+			{api.PublishRequest{Target: protocolTarget("broadcast", ""), Reliable: true}, "reliable"},
+			{api.PublishRequest{Target: protocolTarget("user", "")}, "target."},
+			{api.PublishRequest{Event: "e"}, "target"},
+			{api.PublishRequest{Target: u, Event: strings.Repeat("e", 300)}, "event"},
 		} {
 			_, e := tr.publish("k", tc.r, nil)
 			wantErr(t, "publish "+tc.msg, e, 400, "bad_request", tc.msg)
 		}
-		_, e := tr.publish("k", PublishRequest{Target: u, Data: raw(`"` + strings.Repeat("x", 1<<20) + `"`)}, nil)
+		_, e := tr.publish("k", api.PublishRequest{Target: u, Data: raw(`"` + strings.Repeat("x", 1<<20) + `"`)}, nil)
 		if e == nil || e.status != 413 {
 			t.Errorf("a message over 1 MiB: %+v, want 413 (resource_exhausted)", e)
 		}
-		_, e = tr.publish("", PublishRequest{Target: u}, nil)
+		_, e = tr.publish("", api.PublishRequest{Target: u}, nil)
 		wantErr(t, "no key", e, 401, "unauthorized", "Bearer")
-		_, e = tr.publish("kk", PublishRequest{Target: u}, nil)
+		_, e = tr.publish("kk", api.PublishRequest{Target: u}, nil)
 		wantErr(t, "wrong key", e, 401, "unauthorized", "invalid API key")
-		body := PublishRequest{Target: u, Event: "a", IdempotencyKey: "key-1"}
+		body := api.PublishRequest{Target: u, Event: "a", IdempotencyKey: "key-1"}
 		if _, e := tr.publish("k", body, nil); e != nil {
 			t.Fatalf("publish: %+v", e)
 		}
@@ -443,7 +444,7 @@ func protocolTarget(typ, id string) protocol.Target {
 func TestAPIPublishDeliversAndRetriesByKey(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, n *testNode, tr apiTransport) {
 		c := n.connect(t, "ivy", "")
-		body := PublishRequest{Target: protocolTarget("user", "ivy"), Event: "once", Data: raw(`{"n":1}`), Reliable: true, IdempotencyKey: "order-42"}
+		body := api.PublishRequest{Target: protocolTarget("user", "ivy"), Event: "once", Data: raw(`{"n":1}`), Reliable: true, IdempotencyKey: "order-42"}
 		r1, e1 := tr.publish("k", body, nil)
 		r2, e2 := tr.publish("k", body, nil)
 		if e1 != nil || e2 != nil || r1.ID != r2.ID || r1.Seq != 1 || r2.Seq != 1 || r1.Online == nil || !*r1.Online {
@@ -452,7 +453,7 @@ func TestAPIPublishDeliversAndRetriesByKey(t *testing.T) {
 		if m := c.expect("message"); m["event"] != "once" || m["data"].(map[string]any)["n"] != 1.0 {
 			t.Fatalf("delivered %v", m)
 		}
-		if _, e := tr.publish("k", PublishRequest{Target: protocolTarget("user", "ivy"), Event: "marker"}, nil); e != nil {
+		if _, e := tr.publish("k", api.PublishRequest{Target: protocolTarget("user", "ivy"), Event: "marker"}, nil); e != nil {
 			t.Fatal(e)
 		}
 		if m := c.expect("message"); m["event"] != "marker" {
@@ -465,7 +466,7 @@ func TestAPIBatchKeepsGoodMessages(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, n *testNode, tr apiTransport) {
 		c := n.connect(t, "gus", "")
 		gus := protocolTarget("user", "gus")
-		items, e := tr.batch("k", []PublishRequest{
+		items, e := tr.batch("k", []api.PublishRequest{
 			{Target: gus, Event: "one", Reliable: true},
 			{Target: protocolTarget("nowhere", "")},
 			{Target: gus, Event: "two", Reliable: true},
@@ -480,7 +481,7 @@ func TestAPIBatchKeepsGoodMessages(t *testing.T) {
 		if c.expect("message")["event"] != "one" || c.expect("message")["event"] != "two" {
 			t.Fatal("batch order")
 		}
-		big := make([]PublishRequest, 1001)
+		big := make([]api.PublishRequest, 1001)
 		for i := range big {
 			big[i].Target = protocolTarget("broadcast", "")
 		}
@@ -495,7 +496,7 @@ func TestAPIRoomHistory(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, n *testNode, tr apiTransport) {
 		room := protocolTarget("room", "h")
 		for i := 1; i <= 3; i++ {
-			res, e := tr.publish("k", PublishRequest{Target: room, Event: "e", Data: raw(strconv.Itoa(i)), Reliable: true}, nil)
+			res, e := tr.publish("k", api.PublishRequest{Target: room, Event: "e", Data: raw(strconv.Itoa(i)), Reliable: true}, nil)
 			if e != nil || res.Seq != int64(i) {
 				t.Fatalf("publish %d: %+v %+v", i, res, e)
 			}
@@ -580,10 +581,10 @@ func TestGRPCDevAPIRefusesForeignOrigin(t *testing.T) {
 	n := startNode(t, func(c *config.Gateway) { c.APIKey = ""; c.Dev = true })
 	for _, name := range []string{"grpc", "connect"} {
 		tr := newTransport(t, n, name)
-		if _, e := tr.publish("", PublishRequest{Target: protocolTarget("broadcast", "")}, nil); e != nil {
+		if _, e := tr.publish("", api.PublishRequest{Target: protocolTarget("broadcast", "")}, nil); e != nil {
 			t.Fatalf("%s: dev API without Origin: %+v", name, e)
 		}
-		_, e := tr.publish("", PublishRequest{Target: protocolTarget("broadcast", "")}, http.Header{"Origin": {"https://evil.example"}})
+		_, e := tr.publish("", api.PublishRequest{Target: protocolTarget("broadcast", "")}, http.Header{"Origin": {"https://evil.example"}})
 		wantErr(t, name+" from a foreign Origin", e, 403, "origin_forbidden", "own pages")
 	}
 }

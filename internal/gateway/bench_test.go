@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
@@ -115,7 +116,7 @@ func BenchmarkPublish(b *testing.B) {
 		for _, reliable := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/reliable=%v", name, reliable), func(b *testing.B) {
 				n := benchNode(b, backends[name](b))
-				req := PublishRequest{Target: protocol.Target{Type: "user", ID: "nobody"}, Event: "e", Data: []byte(`{"x":1}`), Reliable: reliable}
+				req := api.PublishRequest{Target: protocol.Target{Type: "user", ID: "nobody"}, Event: "e", Data: []byte(`{"x":1}`), Reliable: reliable}
 				ctx := context.Background()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
@@ -198,7 +199,7 @@ func BenchmarkRoomPublish(b *testing.B) {
 				b.Fatalf("%d members connected, want %d", len(conns), members)
 			}
 			drained := func() { waitDrained(conns) }
-			req := PublishRequest{Target: protocol.Target{Type: "room", ID: "big"}, Event: "e", Data: []byte(`{"p":101.25,"s":"ACME"}`), Reliable: reliable}
+			req := api.PublishRequest{Target: protocol.Target{Type: "room", ID: "big"}, Event: "e", Data: []byte(`{"p":101.25,"s":"ACME"}`), Reliable: reliable}
 			ctx := context.Background()
 			if _, err := n.Publish(ctx, req); err != nil { // warm: script loaded, streams started
 				b.Fatal(err)

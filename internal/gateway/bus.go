@@ -24,7 +24,7 @@ const (
 	kindDone       = "done"   // answer to a request (kick or drain with a request id)
 	kindPost       = "post"   // client frames posted to an HTTP stream connection of this node (connpost.go)
 	kindPosted     = "posted" // the answer to a kindPost: Code is the HTTP status
-	kindConns      = "conns"  // list this node's connections (api_conns.go); body: the query
+	kindConns      = "conns"  // list this node's connections (conns.go); body: the query
 	kindConnsPage  = "cpage"  // the answer to a kindConns; body: the page
 	kindPresence   = "pres"   // a room presence change: Conn of User joined (Join) or left Room at presence seq Seq; body: info
 )

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -34,10 +35,10 @@ func validKey(key string, cl class, reliable bool) error {
 		return nil
 	}
 	if err := protocol.ValidName("key", key); err != nil {
-		return badRequest("%v", err)
+		return api.BadRequest("%v", err)
 	}
 	if cl != classRealtime || reliable {
-		return badRequest("key conflates realtime messages: it needs class realtime and reliable false")
+		return api.BadRequest("key conflates realtime messages: it needs class realtime and reliable false")
 	}
 	return nil
 }

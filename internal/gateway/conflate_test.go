@@ -11,6 +11,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 )
@@ -114,7 +115,7 @@ func TestConflationSlowReaderGetsLatestPerKey(t *testing.T) {
 			sc := connNode.hub.userConns("slow")[0]
 			if tc.other {
 				eventually(t, 5*time.Second, "route seen", func() bool {
-					res, err := pubNode.Publish(t.Context(), PublishRequest{Target: protocolTarget("user", "slow"), Event: "probe"})
+					res, err := pubNode.Publish(t.Context(), api.PublishRequest{Target: protocolTarget("user", "slow"), Event: "probe"})
 					return err == nil && res.Online != nil && *res.Online
 				})
 			}
@@ -190,12 +191,12 @@ func TestConflationKeyValidation(t *testing.T) {
 func TestConflationKeyEveryTransport(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, n *testNode, tr apiTransport) {
 		room := protocolTarget("room", "px")
-		if _, e := tr.publish("k", PublishRequest{Target: room, Event: "tick", Class: "realtime", Key: "EURUSD"}, nil); e != nil {
+		if _, e := tr.publish("k", api.PublishRequest{Target: room, Event: "tick", Class: "realtime", Key: "EURUSD"}, nil); e != nil {
 			t.Fatalf("keyed realtime publish: %+v", e)
 		}
-		_, e := tr.publish("k", PublishRequest{Target: room, Event: "tick", Key: "EURUSD"}, nil)
+		_, e := tr.publish("k", api.PublishRequest{Target: room, Event: "tick", Key: "EURUSD"}, nil)
 		wantErr(t, "key on a chat message", e, 400, "bad_request", "key")
-		items, e := tr.batch("k", []PublishRequest{{Target: room, Class: "realtime", Key: "a"}, {Target: room, Class: "notify", Key: "a"}})
+		items, e := tr.batch("k", []api.PublishRequest{{Target: room, Class: "realtime", Key: "a"}, {Target: room, Class: "notify", Key: "a"}})
 		if e != nil || len(items) != 2 || items[0].err != nil || items[1].err == nil || items[1].err.code != "bad_request" {
 			t.Fatalf("batch with a good and a bad key: %+v %+v", items, e)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/gobwas/ws"
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
@@ -23,7 +24,7 @@ func TestPublishReachesUserAndNobodyElse(t *testing.T) {
 	a1 := n.connect(t, "alice", "")
 	a2 := n.connect(t, "alice", "?format=json")
 	bob := n.connect(t, "bob", "")
-	res := pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "alice"}, Event: "hi", Data: raw(`{"x":1}`)})
+	res := pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "alice"}, Event: "hi", Data: raw(`{"x":1}`)})
 	for _, c := range []*wsClient{a1, a2} {
 		m := c.expect("message")
 		if m["id"] != res.ID || m["event"] != "hi" || m["seq"] != nil {
@@ -70,7 +71,7 @@ func TestBadFrameFloodClosesOnlyTheOffender(t *testing.T) {
 	if code := bad.waitClosed(5 * time.Second); code != protocol.ClosePolicy {
 		t.Fatalf("close code %d, want 1008", code)
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "alice"}, Event: "still"})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "alice"}, Event: "still"})
 	if m := good.expect("message"); m["event"] != "still" {
 		t.Fatalf("good client got %v", m)
 	}
@@ -146,7 +147,7 @@ func TestRealtimeDropsWhenQueueFull(t *testing.T) {
 	eventually(t, 5*time.Second, "connected", func() bool { return n.hub.count() == 1 })
 	payload := raw(`"` + strings.Repeat("x", 60000) + `"`)
 	for i := 0; i < 200; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Data: payload, Class: "realtime"})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Data: payload, Class: "realtime"})
 	}
 	if n.hub.count() != 1 {
 		t.Fatal("a realtime overflow must not close the connection")
@@ -164,13 +165,13 @@ func TestChatOverflowClosesSlowConsumerOnly(t *testing.T) {
 	eventually(t, 5*time.Second, "connected", func() bool { return n.hub.count() == 2 })
 	payload := raw(`"` + strings.Repeat("x", 60000) + `"`)
 	for i := 0; i < 200 && len(n.hub.userConns("stalled")) > 0; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Data: payload})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Data: payload})
 	}
 	eventually(t, 10*time.Second, "slow consumer removed", func() bool { return len(n.hub.userConns("stalled")) == 0 })
 	if got := counterValue(t, n, "wsgate_connection_closes_total", "4008"); got != 1 {
 		t.Fatalf("4008 closes: %v", got)
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "fast"}, Event: "ok"})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "fast"}, Event: "ok"})
 	fast.expect("message")
 }
 
@@ -188,7 +189,7 @@ func TestSlowConsumerLeavesPresenceAtOnce(t *testing.T) {
 	stalled := n.hub.userConns("stalled")[0]
 	payload := raw(`"` + strings.Repeat("x", 60000) + `"`)
 	for i := 0; i < 200 && counterValue(t, n, "wsgate_connection_closes_total", "4008") == 0; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Data: payload})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Data: payload})
 	}
 	stalled.mu.Lock()
 	if stalled.state != stClosing {
@@ -205,7 +206,7 @@ func TestSlowConsumerLeavesPresenceAtOnce(t *testing.T) {
 	if got := counterValue(t, n, "wsgate_connections", ""); got != 1 {
 		t.Fatalf("wsgate_connections %v after the slow consumer's close, want 1", got)
 	}
-	r := pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Event: "e", Data: raw(`1`)})
+	r := pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "stalled"}, Event: "e", Data: raw(`1`)})
 	if r.Online == nil || *r.Online {
 		t.Fatalf("publish to the closed slow consumer: %+v, want online false", r)
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
@@ -127,12 +128,12 @@ func (n *Node) serveConnPost(w http.ResponseWriter, r *http.Request) {
 	}
 	switch res.status {
 	case http.StatusAccepted:
-		writeJSON(w, res.status, map[string]int{"accepted": res.taken})
+		api.WriteJSON(w, res.status, map[string]int{"accepted": res.taken})
 		return
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "1")
 	}
-	writeError(w, res.status, res.code, res.msg)
+	api.WriteError(w, res.status, res.code, res.msg)
 }
 
 func (n *Node) connPost(r *http.Request) postResult {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/protocol"
@@ -227,7 +228,7 @@ func TestDeflateMatrix(t *testing.T) {
 			for _, size := range []int{100, 511 - 100, 2048} {
 				data := jsonData(size)
 				for _, target := range []protocol.Target{{Type: "user", ID: user}, {Type: protocol.TargetBroadcast}} {
-					pub(t, n, PublishRequest{Target: target, Event: "e", Data: data})
+					pub(t, n, api.PublishRequest{Target: target, Event: "e", Data: data})
 					for _, c := range []*zClient{a, b} {
 						if target.Type == "user" && c == b {
 							continue
@@ -261,7 +262,7 @@ func TestDeflateReplay(t *testing.T) {
 	n := startNode(t, nil)
 	big, small := jsonData(2048), json.RawMessage(`{"small":1}`)
 	for _, d := range []json.RawMessage{big, small} {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "r"}, Event: "stored", Data: d, Reliable: true})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "r"}, Event: "stored", Data: d, Reliable: true})
 	}
 	for _, offer := range []string{chromeOffer, ""} {
 		c := dialZ(t, n.addr, "r", offer, nil)
@@ -295,7 +296,7 @@ func TestDeflateBroadcastCompressesOnce(t *testing.T) {
 	data := jsonData(2048)
 	before := n.deflated.Load()
 	zBefore, rawBefore := counterValue(t, n, "wsgate_compressed_bytes_total", ""), counterValue(t, n, "wsgate_uncompressed_bytes_total", "")
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetBroadcast}, Event: "big", Data: data})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: protocol.TargetBroadcast}, Event: "big", Data: data})
 	var wire int
 	for _, c := range zs {
 		f := c.expect(`"event":"big"`)
@@ -403,7 +404,7 @@ func TestDeflateBomb(t *testing.T) {
 	b = append([]byte(`{"type":"ping","ts":7,"pad":"`), bytes.Repeat([]byte("a"), 4000)...)
 	ok.write(true, true, wsframe.OpText, wsframe.AppendDeflate(nil, append(b, `"}`...)))
 	ok.expect(`"pong"`)
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "other"}, Event: "still", Data: jsonData(1000)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "other"}, Event: "still", Data: jsonData(1000)})
 	if f := other.expect(`"event":"still"`); !f.rsv1 {
 		t.Fatal("not compressed")
 	}
@@ -475,7 +476,7 @@ func TestDeflateOffers(t *testing.T) {
 			if tc.want && c.ext != wsframe.DeflateResponse {
 				t.Fatalf("answer %q", c.ext)
 			}
-			pub(t, pick(plain, secure, path.name), PublishRequest{Target: protocol.Target{Type: "user", ID: "o"}, Event: "x", Data: jsonData(1000)})
+			pub(t, pick(plain, secure, path.name), api.PublishRequest{Target: protocol.Target{Type: "user", ID: "o"}, Event: "x", Data: jsonData(1000)})
 			if f := c.expect(`"event":"x"`); f.rsv1 != tc.want {
 				t.Fatalf("%s path, offer %q: RSV1 %v", path.name, tc.offer, f.rsv1)
 			}
@@ -522,7 +523,7 @@ func TestDeflateIdleState(t *testing.T) {
 	z := dialZ(t, n.addr, "idle", chromeOffer, nil)
 	z.write(true, true, wsframe.OpText, wsframe.AppendDeflate(nil, []byte(`{"type":"ping","ts":1,"pad":"`+strings.Repeat("p", 2000)+`"}`)))
 	z.expect(`"pong"`)
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "idle"}, Event: "x", Data: jsonData(3000)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "idle"}, Event: "x", Data: jsonData(3000)})
 	if f := z.expect(`"event":"x"`); !f.rsv1 {
 		t.Fatal("not compressed")
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
@@ -153,14 +154,14 @@ func TestReliableSurvivesBackpressureEveryClass(t *testing.T) {
 							msgs = append(msgs, json.RawMessage(fmt.Sprintf(`{"target":{"type":"user","id":%q},"event":"e","data":%s,"reliable":true,"class":%q}`, user, payload, cl)))
 						}
 						for k, r := range n.publishBatch(context.Background(), msgs, "") {
-							if _, ok := r.(PublishResult); !ok {
+							if _, ok := r.(api.PublishResult); !ok {
 								t.Fatalf("batch message %d: %v", i+k, r)
 							}
 						}
 					}
 				} else {
 					for i := 0; i < total; i++ {
-						pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "e", Data: raw(payload), Reliable: true, Class: cl})
+						pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "e", Data: raw(payload), Reliable: true, Class: cl})
 					}
 				}
 				got, resumes := receiveAll(t, n, c, user, total)
@@ -441,7 +442,7 @@ func TestDeliveryLatencyOneSamplePerWrittenLiveMessage(t *testing.T) {
 	n := startNode(t, nil)
 	a1, a2 := n.connect(t, "lat", ""), n.connect(t, "lat", "")
 	for i := 1; i <= 10; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "lat"}, Event: "e", Data: raw("1")})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "lat"}, Event: "e", Data: raw("1")})
 		reliable(t, n, "lat", i)
 	}
 	for _, c := range []*wsClient{a1, a2} {
@@ -460,7 +461,7 @@ func TestDeliveryLatencyOneSamplePerWrittenLiveMessage(t *testing.T) {
 	const bigN = 150
 	for i := 1; i <= bigN; i++ {
 		reliable := i == bigN // the last one marks the end
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "big"}, Event: "e", Data: payload, Reliable: reliable})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "big"}, Event: "e", Data: payload, Reliable: reliable})
 	}
 	var got []int64
 	if code := big.readSeqs(&got, 1); code != 0 {
@@ -488,7 +489,7 @@ func TestNotifyWaitCountsTheFullQueueOnce(t *testing.T) {
 	payload := raw(`"` + strings.Repeat("x", 60000) + `"`)
 	const total = 200
 	for i := 0; i < total; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "waiter"}, Data: payload, Class: "notify"})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "waiter"}, Data: payload, Class: "notify"})
 	}
 	eventually(t, 10*time.Second, "every notify message queued or dropped", func() bool {
 		return counterValue(t, n, "wsgate_messages_delivered_total", "")+counterValue(t, n, "wsgate_messages_dropped_total", "notify_timeout") == total
@@ -513,7 +514,7 @@ func TestNotifyWaitWokenByTheDrain(t *testing.T) {
 		if total == 1000 {
 			t.Fatal("1000 notify messages of 60 kB and the queue never filled")
 		}
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "waiter"}, Data: payload, Class: "notify"})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "waiter"}, Data: payload, Class: "notify"})
 		total++
 	}
 	got := 0

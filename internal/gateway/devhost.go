@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+
+	"github.com/wsgate/wsgate/internal/api"
 )
 
 // The open API of wsgate dev (no API key) and against DNS rebinding
@@ -23,11 +25,11 @@ func (n *Node) openAPI() bool { return n.cfg.Dev && n.cfg.APIKey == "" }
 
 // checkDevHost refuses a request of the open dev API whose Host is not
 // one of the node's own names; nil when the API is not open.
-func (n *Node) checkDevHost(r *http.Request) *APIError {
+func (n *Node) checkDevHost(r *http.Request) *api.Error {
 	if !n.openAPI() || n.hostIsOwn(r.Host) {
 		return nil
 	}
-	return &APIError{Status: http.StatusForbidden, Code: "host_forbidden",
+	return &api.Error{Status: http.StatusForbidden, Code: "host_forbidden",
 		Message: "the dev API answers Host localhost, a loopback address or its listen address only (DNS rebinding)"}
 }
 
@@ -36,7 +38,7 @@ func (n *Node) checkDevHost(r *http.Request) *APIError {
 func (n *Node) devHostOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ae := n.checkDevHost(r); ae != nil {
-			writeError(w, ae.Status, ae.Code, ae.Message)
+			api.WriteError(w, ae.Status, ae.Code, ae.Message)
 			return
 		}
 		h.ServeHTTP(w, r)

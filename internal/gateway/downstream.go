@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/downstream"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -82,11 +83,11 @@ func (n *Node) handleRecord(ctx context.Context, rec downstream.Record) downstre
 	dead := func(err error, raw []byte, index *int) downstream.Outcome {
 		return downstream.Outcome{Dead: []downstream.DeadLetter{deadLetter(err, raw, rec.ID, index)}}
 	}
-	if len(value) > maxBodyBytes {
-		return dead(&APIError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: "record larger than 1 MiB"}, rec.Value, nil)
+	if len(value) > api.MaxBodyBytes {
+		return dead(&api.Error{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: "record larger than 1 MiB"}, rec.Value, nil)
 	}
 	if !isBatchBody(value) {
-		req, err := decodePublish(value)
+		req, err := api.DecodePublish(value)
 		if err != nil {
 			return dead(err, rec.Value, nil)
 		}
@@ -107,18 +108,18 @@ func (n *Node) handleRecord(ctx context.Context, rec downstream.Record) downstre
 		Messages []json.RawMessage `json:"messages"`
 	}
 	var ok bool
-	if b.Messages, ok = scanBatch(value); !ok {
+	if b.Messages, ok = api.ScanBatch(value); !ok {
 		if err := json.Unmarshal(value, &b); err != nil {
-			return dead(badRequest("invalid JSON: %v", err), rec.Value, nil)
+			return dead(api.BadRequest("invalid JSON: %v", err), rec.Value, nil)
 		}
 	}
-	if err := checkBatchSize(len(b.Messages)); err != nil {
+	if err := api.CheckBatchSize(len(b.Messages)); err != nil {
 		return dead(err, rec.Value, nil)
 	}
-	reqs := make([]PublishRequest, len(b.Messages))
+	reqs := make([]api.PublishRequest, len(b.Messages))
 	errs := make([]error, len(b.Messages))
 	for i, raw := range b.Messages {
-		reqs[i], errs[i] = decodeBatchMessage(raw)
+		reqs[i], errs[i] = api.DecodeBatchMessage(raw)
 		if reqs[i].IdempotencyKey == "" {
 			reqs[i].IdempotencyKey = rec.Key + "#" + strconv.Itoa(i)
 		}
@@ -153,22 +154,22 @@ func (n *Node) handleRecord(ctx context.Context, rec downstream.Record) downstre
 // record id used again with another body (a recreated topic, within the
 // key's lifetime) is a new message. The rest (realtime messages) take
 // Publish's claim with the record's key.
-func (n *Node) publishRecord(ctx context.Context, r PublishRequest, key string) (PublishResult, error) {
+func (n *Node) publishRecord(ctx context.Context, r api.PublishRequest, key string) (api.PublishResult, error) {
 	n.applyNamespace(&r)
 	if !r.Reliable || r.Target.Type == protocol.TargetBroadcast {
 		r.IdempotencyKey = key
 		return n.Publish(ctx, r) // validates
 	}
-	cl, err := r.Validate()
+	cl, err := validate(&r)
 	if err != nil {
-		return PublishResult{}, err
+		return api.PublishResult{}, err
 	}
-	r.IdempotencyKey = key + "/" + r.fingerprint(cl)
-	r.id = recordMessageID(r.IdempotencyKey)
+	r.IdempotencyKey = key + "/" + fingerprint(&r, cl)
+	r.MessageID = recordMessageID(r.IdempotencyKey)
 	if r.Target.Type == protocol.TargetUser && r.Traceparent == "" && r.Except == "" && r.Key == "" {
 		return n.records.publish(ctx, n, r, cl)
 	}
-	return n.publish(ctx, r, cl, r.id)
+	return n.publish(ctx, r, cl, r.MessageID)
 }
 
 // recordMessageID is the message id of a record's reliable message: "ds"
@@ -196,7 +197,7 @@ func isBatchBody(value []byte) bool {
 
 // retryable: a publish answered 503 (or failed without an API status).
 func retryable(err error) bool {
-	var ae *APIError
+	var ae *api.Error
 	if errors.As(err, &ae) {
 		return ae.Status >= 500
 	}
@@ -204,7 +205,7 @@ func retryable(err error) bool {
 }
 
 func deadLetter(err error, raw []byte, id string, index *int) downstream.DeadLetter {
-	eb := errorBody(err)
+	eb := api.ErrorBody(err)
 	return downstream.DeadLetter{Error: downstream.ErrorBody{Code: eb.Code, Message: eb.Message}, Record: rawOrNull(raw), ID: id, Index: index}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -23,9 +24,9 @@ type recordBulk struct {
 
 // recordWait is one message waiting for its publish.
 type recordWait struct {
-	req  PublishRequest
+	req  api.PublishRequest
 	cl   class
-	res  any // PublishResult or {"error": ...}
+	res  any // api.PublishResult or {"error": ...}
 	done chan struct{}
 }
 
@@ -40,29 +41,29 @@ const (
 // publish publishes one validated reliable user message with the others
 // waiting, and answers it; a ctx that ends first is answered unavailable
 // (the record comes again, and its key makes it one message).
-func (b *recordBulk) publish(ctx context.Context, n *Node, r PublishRequest, cl class) (PublishResult, error) {
+func (b *recordBulk) publish(ctx context.Context, n *Node, r api.PublishRequest, cl class) (api.PublishResult, error) {
 	b.start(n)
 	w := &recordWait{req: r, cl: cl, done: make(chan struct{})}
 	select {
 	case b.in <- w:
 	case <-ctx.Done():
-		return PublishResult{}, unavailable("publish", ctx.Err())
+		return api.PublishResult{}, api.Unavailable("publish", ctx.Err())
 	case <-n.ctx.Done():
-		return PublishResult{}, unavailable("publish", n.ctx.Err())
+		return api.PublishResult{}, api.Unavailable("publish", n.ctx.Err())
 	}
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		return PublishResult{}, unavailable("publish", ctx.Err())
+		return api.PublishResult{}, api.Unavailable("publish", ctx.Err())
 	}
 	switch res := w.res.(type) {
-	case PublishResult:
+	case api.PublishResult:
 		return res, nil
 	case map[string]protocol.ErrorBody:
 		e := res["error"]
-		return PublishResult{}, &APIError{Status: http.StatusServiceUnavailable, Code: e.Code, Message: e.Message}
+		return api.PublishResult{}, &api.Error{Status: http.StatusServiceUnavailable, Code: e.Code, Message: e.Message}
 	}
-	return PublishResult{}, unavailable("publish", errors.New("no answer"))
+	return api.PublishResult{}, api.Unavailable("publish", errors.New("no answer"))
 }
 
 // start starts the flushers, once (with the sources, so that they are
@@ -96,7 +97,7 @@ func (b *recordBulk) flushLoop(n *Node) {
 				break more
 			}
 		}
-		reqs := make([]PublishRequest, len(batch))
+		reqs := make([]api.PublishRequest, len(batch))
 		classes := make([]class, len(batch))
 		idx := make([]int, len(batch))
 		results := make([]any, len(batch))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/downstream"
 )
@@ -70,8 +71,8 @@ func TestHandleRecord(t *testing.T) {
 		{`not json`, "bad_request"},
 		{`{"target":{"type":"planet","id":"x"}}`, "bad_request"},
 		{`{"target":{"type":"user","id":"dso"},"event":"other","idempotency_key":"own-1","reliable":true}`, "conflict"},
-		{`{"target":{"type":"user","id":"dsu"},"data":"` + strings.Repeat("x", maxBodyBytes) + `"}`, "too_large"},
-		{`{"messages":[` + strings.Repeat(`{"target":{"type":"broadcast"}},`, maxBatch) + `{"target":{"type":"broadcast"}}]}`, "bad_request"},
+		{`{"target":{"type":"user","id":"dsu"},"data":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`, "too_large"},
+		{`{"messages":[` + strings.Repeat(`{"target":{"type":"broadcast"}},`, api.MaxBatch) + `{"target":{"type":"broadcast"}}]}`, "bad_request"},
 	} {
 		o := n.handleRecord(ctx, rec("3-0", tc.value))
 		if o.Retry || len(o.Dead) != 1 || o.Dead[0].Error.Code != tc.code || o.Dead[0].ID != "3-0" || o.Dead[0].Index != nil {

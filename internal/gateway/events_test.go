@@ -12,6 +12,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/upstream"
@@ -286,7 +287,7 @@ func TestEventsJoinLeaveAck(t *testing.T) {
 	if status, _ := apiCall(t, n, "DELETE", "/api/v1/rooms/lobby/members/cy", "k", ""); status != 204 {
 		t.Fatalf("leave API: %d", status)
 	}
-	r := pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "cy"}, Event: "e", Data: raw(`1`), Reliable: true})
+	r := pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "cy"}, Event: "e", Data: raw(`1`), Reliable: true})
 	c.expect("message")
 	c.send(map[string]any{"type": "ack", "seq": r.Seq})
 	recs := sink.wait(t, "join, join, leave, ack", func(r []upstream.Record) bool { return len(r) >= 4 })
@@ -316,12 +317,12 @@ func TestEventsUndelivered(t *testing.T) {
 	n1 := startNodeWith(t, backend, mut("t1"), enable(t, sink))
 	startNodeWith(t, backend, mut("t2"), enable(t, sink)) // polls the same due set
 	c := n1.connect(t, "acker", "")
-	acked := pub(t, n1, PublishRequest{Target: protocol.Target{Type: "user", ID: "acker"}, Event: "hi", Data: raw(`1`), Reliable: true})
+	acked := pub(t, n1, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "acker"}, Event: "hi", Data: raw(`1`), Reliable: true})
 	c.expect("message")
 	c.send(map[string]any{"type": "ack", "seq": acked.Seq})
 	c.send(map[string]any{"type": "ping", "id": "barrier"})
 	c.expect("pong")
-	lost := pub(t, n1, PublishRequest{Target: protocol.Target{Type: "user", ID: "away"}, Event: "push-me", Data: raw(`2`), Reliable: true})
+	lost := pub(t, n1, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "away"}, Event: "push-me", Data: raw(`2`), Reliable: true})
 	recs := sink.wait(t, "away's undelivered", func(r []upstream.Record) bool { return count(r, "undelivered", "away") >= 1 })
 	if count(recs, "undelivered", "acker") != 0 {
 		t.Fatalf("undelivered for an acknowledged message: %+v", recs)
@@ -332,7 +333,7 @@ func TestEventsUndelivered(t *testing.T) {
 	}
 	// Exactly one: a third message's report is the barrier for any
 	// second report of the second.
-	pub(t, n1, PublishRequest{Target: protocol.Target{Type: "user", ID: "later"}, Event: "x", Data: raw(`3`), Reliable: true})
+	pub(t, n1, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "later"}, Event: "x", Data: raw(`3`), Reliable: true})
 	recs = sink.wait(t, "later's undelivered", func(r []upstream.Record) bool { return count(r, "undelivered", "later") >= 1 })
 	if count(recs, "undelivered", "away") != 1 {
 		t.Fatalf("away's message reported %d times, want once", count(recs, "undelivered", "away"))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
 	"github.com/wsgate/wsgate/protocol"
@@ -24,7 +25,7 @@ func TestBroadcastAnsweredUnavailableIsNotDeliveredLater(t *testing.T) {
 	c := nb.connect(t, "watcher", "")
 	ctx := context.Background()
 	bcast := func(ctx context.Context, event string) error {
-		_, err := na.Publish(ctx, PublishRequest{Target: protocol.Target{Type: "broadcast"}, Event: event})
+		_, err := na.Publish(ctx, api.PublishRequest{Target: protocol.Target{Type: "broadcast"}, Event: event})
 		return err
 	}
 	if err := bcast(ctx, "first"); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/wsgate/wsgate/internal/admission"
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/netpoll"
@@ -33,13 +34,7 @@ func (n *Node) refuse(w http.ResponseWriter, f *admission.Refusal) {
 	if s := f.RetryAfterSecs(); s > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(s))
 	}
-	writeError(w, f.Status, f.Code, f.Msg)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(admission.ErrorJSON(code, msg))
+	api.WriteError(w, f.Status, f.Code, f.Msg)
 }
 
 // admit runs the checks of contract §3 that need no backend call, in the

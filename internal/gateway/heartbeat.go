@@ -2,14 +2,11 @@ package gateway
 
 import (
 	"context"
-	"net"
-	"net/url"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/fleet"
 )
 
 // heartbeatLoop keeps the node's record fresh, notices a backend that lost
@@ -147,13 +144,13 @@ func (n *Node) recoverConnections(lost bool) {
 	wg.Wait()
 }
 
-// staleAfter is when a node whose heartbeat stopped is skipped by the
-// allocator and left out of the node list, and its routes stop counting.
-func (n *Node) staleAfter() time.Duration { return 3 * n.cfg.HeartbeatInterval }
+// staleAfter and goneAfter are this node's fleet.StaleAfter and
+// fleet.GoneAfter.
+func (n *Node) staleAfter() time.Duration { return fleet.StaleAfter(n.cfg.HeartbeatInterval) }
 
-// goneAfter is when a node whose heartbeat stopped is gone for good: its
-// record, room interest and routes are removed.
-func (n *Node) goneAfter() time.Duration { return max(n.cfg.RouteTTL, 10*n.cfg.HeartbeatInterval) }
+func (n *Node) goneAfter() time.Duration {
+	return fleet.GoneAfter(n.cfg.HeartbeatInterval, n.cfg.RouteTTL)
+}
 
 // cleanupDeadNodes removes the records of nodes silent for longer than the
 // route TTL (their routes have expired by then).
@@ -221,61 +218,4 @@ func (n *Node) notReadyReason() string {
 		return "warming up"
 	}
 	return "not ready"
-}
-
-// apiURL derives a node's HTTP base URL from its WebSocket URL.
-func apiURL(wsURL, adminListen string) string {
-	u, err := url.Parse(wsURL)
-	if err != nil {
-		return ""
-	}
-	if adminListen != "" {
-		// The API is on the admin listener: its port, on its host when
-		// that is a specific address, else on the advertised host.
-		host, port, err := net.SplitHostPort(adminListen)
-		if err != nil {
-			return ""
-		}
-		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-			host = u.Hostname()
-		}
-		u.Host = net.JoinHostPort(host, port)
-	}
-	switch u.Scheme {
-	case "wss":
-		u.Scheme = "https"
-	default:
-		u.Scheme = "http"
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/ws")
-	u.RawQuery = ""
-	return u.String()
-}
-
-var cpuMu sync.Mutex
-var cpuLast struct {
-	at  time.Time
-	cpu time.Duration
-	val float64
-}
-
-// cpuLoad is the process's CPU use since the previous call, in cores.
-func cpuLoad() float64 {
-	cpuMu.Lock()
-	defer cpuMu.Unlock()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	now := time.Now()
-	if !cpuLast.at.IsZero() {
-		if dt := now.Sub(cpuLast.at); dt > 100*time.Millisecond {
-			cpuLast.val = float64(cpu-cpuLast.cpu) / float64(dt)
-			cpuLast.at, cpuLast.cpu = now, cpu
-		}
-		return cpuLast.val
-	}
-	cpuLast.at, cpuLast.cpu = now, cpu
-	return 0
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 )
@@ -262,7 +263,7 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-func pub(t testing.TB, n *testNode, r PublishRequest) PublishResult {
+func pub(t testing.TB, n *testNode, r api.PublishRequest) api.PublishResult {
 	t.Helper()
 	res, err := n.Publish(context.Background(), r)
 	if err != nil {
@@ -272,3 +273,10 @@ func pub(t testing.TB, n *testNode, r PublishRequest) PublishResult {
 }
 
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+// publishBatch publishes a batch's JSON messages as POST
+// /api/v1/publish/batch does, each with the trace context tp.
+func (n *testNode) publishBatch(ctx context.Context, msgs []json.RawMessage, tp string) []any {
+	reqs, errs := api.DecodeBatch(msgs, tp)
+	return n.PublishBatch(ctx, reqs, errs)
+}

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/wsgate/wsgate/internal/api"
 	wsgatev1 "github.com/wsgate/wsgate/proto/wsgate/v1"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -20,7 +21,7 @@ import (
 func publishHistory(t *testing.T, n *testNode, room string, count int) {
 	t.Helper()
 	for i := 1; i <= count; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: room}, Event: "e", Data: raw(fmt.Sprint(i)), Reliable: true})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: room}, Event: "e", Data: raw(fmt.Sprint(i)), Reliable: true})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
@@ -44,12 +45,12 @@ func (f *storeThenFail) AppendInboxes(ctx context.Context, msgs []cluster.InboxA
 	return out
 }
 
-func keyed(key, user, data string) PublishRequest {
-	return PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "e", Data: raw(data), Reliable: true, IdempotencyKey: key}
+func keyed(key, user, data string) api.PublishRequest {
+	return api.PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "e", Data: raw(data), Reliable: true, IdempotencyKey: key}
 }
 
 func isStatus(err error, status int) bool {
-	var ae *APIError
+	var ae *api.Error
 	return errors.As(err, &ae) && ae.Status == status
 }
 
@@ -75,7 +76,7 @@ func TestIdempotentRetryAfterStoredErrorStoresOnce(t *testing.T) {
 	if last, _ := b.LastSeq(ctx, "ida"); last != 1 {
 		t.Fatalf("last seq %d after one message and its retries, want 1", last)
 	}
-	for _, other := range []PublishRequest{keyed("k1", "idb", "1"), keyed("k1", "ida", "2")} {
+	for _, other := range []api.PublishRequest{keyed("k1", "idb", "1"), keyed("k1", "ida", "2")} {
 		if _, err := n.Publish(ctx, other); !isStatus(err, http.StatusConflict) {
 			t.Fatalf("key reused for %+v: %v, want 409", other, err)
 		}
@@ -90,7 +91,7 @@ func TestIdempotentRetryAfterStoredErrorStoresOnce(t *testing.T) {
 	if _, failed := r1[0].(map[string]protocol.ErrorBody); !failed {
 		t.Fatalf("first batch try: %+v, want an error", r1[0])
 	}
-	if res, ok := r2[0].(PublishResult); !ok || res.Seq != 2 {
+	if res, ok := r2[0].(api.PublishResult); !ok || res.Seq != 2 {
 		t.Fatalf("batch retry: %+v, want seq 2", r2[0])
 	}
 	if last, _ := b.LastSeq(ctx, "ida"); last != 2 {
@@ -148,7 +149,7 @@ func TestIdempotentRetryOnRedisStoresOnce(t *testing.T) {
 	// The timed-out append may run now that Redis is back: wait until the
 	// pipeline that carried it has ended, then retry.
 	eventually(t, 10*time.Second, "redis answers", func() bool { return plain.Ping(ctx) == nil })
-	var res2 PublishResult
+	var res2 api.PublishResult
 	eventually(t, 10*time.Second, "retry answered", func() bool {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -88,7 +89,7 @@ func (c *conn) handle(cf *protocol.ClientFrame) {
 func (c *conn) reply(id string, err error, seq int64) {
 	if err != nil {
 		code := protocol.ErrUnavailable
-		if e, ok := err.(*APIError); ok && e.Status < 500 {
+		if e, ok := err.(*api.Error); ok && e.Status < 500 {
 			code = e.Code
 		}
 		c.replyRefused(id, code, err.Error())

@@ -12,6 +12,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
@@ -74,7 +75,7 @@ func TestDeadNodesRoutesDoNotCount(t *testing.T) {
 	}, time.Hour))
 
 	online := func(user string) bool {
-		res := pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "e"})
+		res := pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "e"})
 		return *res.Online
 	}
 	for _, u := range []string{"d1", "d2"} {
@@ -97,7 +98,7 @@ func TestDeadNodesRoutesDoNotCount(t *testing.T) {
 	}
 	// Reliable publishes read the routes from the append.
 	must(mem.AddRoutes(ctx, []cluster.Route{{User: "d3", ConnID: "x4", Node: "dead", ConnectedAt: old}}, time.Hour))
-	if res := pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "d3"}, Event: "e", Reliable: true}); *res.Online {
+	if res := pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "d3"}, Event: "e", Reliable: true}); *res.Online {
 		t.Fatal("reliable publish online=true for a user whose only route is on a dead node")
 	}
 	eventually(t, 10*time.Second, "z1 (only on a late node) offline", func() bool { return !online("z1") })

@@ -30,10 +30,12 @@ import (
 
 	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/allocator"
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/downstream"
+	"github.com/wsgate/wsgate/internal/fleet"
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/rooms"
@@ -93,10 +95,10 @@ type Node struct {
 	loseBus func(seq int64) bool // tests only: true loses the bus message of that seq
 	// tests only: true loses the bus message of that membership change
 	loseMembership func(user, room string) bool
-	membersAgain   atomic.Bool   // a loss notice came: re-read the local users' rooms (roomconverge.go)
-	lb             *liveBackend  // the backend as n.backend, with what only it does
-	catchUpEvery   atomic.Int64  // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
-	notifyWait     time.Duration // how long a notify message waits for room (contract §4.5: 100 ms; tests lengthen it)
+	membersAgain   atomic.Bool     // a loss notice came: re-read the local users' rooms (roomconverge.go)
+	lb             *fleet.Liveness // the backend as n.backend, with what only it does
+	catchUpEvery   atomic.Int64    // period of the safety-net catch-up in seconds (catchUpPeriod; tests shorten it)
+	notifyWait     time.Duration   // how long a notify message waits for room (contract §4.5: 100 ms; tests lengthen it)
 
 	startedAt time.Time
 	status    atomic.Value // cluster.NodeStatus
@@ -111,7 +113,7 @@ type Node struct {
 	// HTTP stream connections (stream.go, connpost.go).
 	sessionKey [32]byte               // signs the sessions of this node's connections
 	postMu     [64]sync.Mutex         // frames posted to one connection are taken one request at a time (by id stripe)
-	connPages  replyTable[[]byte]     // connection listings asked of other nodes (api_conns.go)
+	connPages  replyTable[[]byte]     // connection listings asked of other nodes (conns.go)
 	posts      replyTable[postResult] // posts forwarded to other nodes, waiting for the owner's answer
 	seen       postSeen               // answers to forwarded posts, for a request sent again
 
@@ -148,7 +150,7 @@ type Node struct {
 	srv      *http.Server
 	adminMux *http.ServeMux // WSGATE_ADMIN_LISTEN; nil without it
 	adminSrv *http.Server
-	keyFails *auth.RateLimiter        // failed API-key attempts per client IP (apikey.go)
+	apiH     *api.Handler             // the server API (JSON and gRPC), on the admin routes
 	acceptor atomic.Pointer[acceptor] // the own accept path, when serving a plain listener
 	partial  sync.Map                 // *conn -> *partialState, while it holds an unfinished frame or message (budget.go)
 
@@ -187,8 +189,7 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	n.pres, _ = backend.(cluster.Presence)
 	n.catchUpEvery.Store(catchUpPeriod)
 	n.notifyWait = 100 * time.Millisecond
-	n.lb = &liveBackend{Backend: backend, n: n}
-	n.backend = n.lb // routes of dead nodes left out
+	n.backend = backend // until the liveness filter is built, with n.ctx
 	if pc, ok := backend.(interface{ PoolConns() int }); ok {
 		// Descriptors held for the backend, so that a leak check can
 		// tell them from client sockets (a second node on the same
@@ -226,6 +227,11 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	n.setPusherPrefix()
 	n.sessionKey = newSessionKey()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.lb = fleet.NewLiveness(backend, fleet.LivenessOptions{
+		Self: n.cfg.NodeID, Interval: n.cfg.HeartbeatInterval, RouteTTL: n.cfg.RouteTTL,
+		Remove: n.removeRoute, Go: n.goFunc, Ctx: n.ctx,
+	})
+	n.backend = n.lb // routes of dead nodes left out
 	n.hsCtx, n.hsCancel = context.WithCancel(n.ctx)
 	if len(cfg.Events) > 0 {
 		if n.sink == nil {
@@ -255,7 +261,13 @@ func New(cfg config.Gateway, backend cluster.Backend, m *metrics.Metrics, log *s
 	for i := 0; i < max(2, runtime.GOMAXPROCS(0)); i++ {
 		n.goFunc(func() { n.writeLoop(writers) })
 	}
-	n.keyFails = newKeyFailLimiter()
+	n.apiH = api.NewHandler(n, api.NewGuard(api.GuardOptions{
+		Key: n.cfg.APIKey, Dev: n.cfg.Dev, OwnHost: n.checkDevHost, Failures: n.metrics.APIKeyFailures,
+		ClientIP: func(r *http.Request) string {
+			req := admission.FromHTTP(r)
+			return n.gate.ClientIP(&req)
+		},
+	}), n.log)
 	n.mux, n.adminMux = n.routes()
 	n.srv = n.httpServer(n.mux, publicIdleTimeout)
 	if n.adminMux != nil {
@@ -499,11 +511,11 @@ func (n *Node) info() cluster.NodeInfo {
 	return cluster.NodeInfo{
 		ID:          n.cfg.NodeID,
 		URL:         n.cfg.AdvertiseURL,
-		APIURL:      apiURL(n.cfg.AdvertiseURL, n.cfg.AdminListen),
+		APIURL:      fleet.APIURL(n.cfg.AdvertiseURL, n.cfg.AdminListen),
 		Status:      n.Status(),
 		Weight:      int(n.weight.Load()),
 		Connections: n.hub.count(),
-		Load:        cpuLoad(),
+		Load:        fleet.CPULoad(),
 		StartedAt:   n.startedAt.UnixMilli(),
 		Heartbeat:   time.Now().UnixMilli(),
 		Version:     Version,

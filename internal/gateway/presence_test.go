@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	wsgatev1 "github.com/wsgate/wsgate/proto/wsgate/v1"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	wsgatev1 "github.com/wsgate/wsgate/proto/wsgate/v1"
+
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/upstream"
@@ -139,7 +141,7 @@ func TestRoomScopeConnection(t *testing.T) {
 	if r := frameReq(t, a, map[string]any{"type": "join", "id": "1", "room": "tab:1"}); r["ok"] != true {
 		t.Fatalf("join: %v", r)
 	}
-	pub(t, n, PublishRequest{Target: roomTarget("tab:1"), Event: "hello"})
+	pub(t, n, api.PublishRequest{Target: roomTarget("tab:1"), Event: "hello"})
 	if f := a.expect("message"); f["event"] != "hello" {
 		t.Fatalf("the joined connection got %v", f)
 	}
@@ -156,7 +158,7 @@ func TestRoomScopeConnection(t *testing.T) {
 		p, err := n.ReadRoomPresence(context.Background(), "tab:1", "", 10)
 		return err == nil && p.Connections == 0
 	})
-	pub(t, n, PublishRequest{Target: roomTarget("tab:1"), Event: "after"})
+	pub(t, n, api.PublishRequest{Target: roomTarget("tab:1"), Event: "after"})
 	noFrameOf(t, b, "message", "after")
 }
 
@@ -216,7 +218,7 @@ func TestRoomPublishModesEchoAndExcept(t *testing.T) {
 		aID = c.connID()
 	}
 	n.hub.mu.RUnlock()
-	pub(t, n, PublishRequest{Target: roomTarget("m:1"), Event: "api", Except: aID})
+	pub(t, n, api.PublishRequest{Target: roomTarget("m:1"), Event: "api", Except: aID})
 	b.expect("message")
 	noFrameOf(t, a, "message", "api")
 }

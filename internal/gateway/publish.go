@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -15,89 +14,39 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/tracing"
 	"github.com/wsgate/wsgate/protocol"
 )
 
-// PublishRequest is one message to publish (API body, client publish).
-type PublishRequest struct {
-	Target         protocol.Target
-	Event          string
-	Data           json.RawMessage
-	Reliable       bool
-	Class          string
-	IdempotencyKey string
-	// Traceparent is the caller's W3C trace context (the traceparent
-	// header or metadata); the message carries it to the delivering
-	// nodes. An invalid value is ignored.
-	Traceparent string
-	From        string // the publishing client's user id (client publish frames); empty for the API
-	// Except is a connection id that does not get the message (contract
-	// 19: the API's "except", a client publish to a room with echo off).
-	Except string
-	// Key conflates realtime messages (contract 19): in a connection's
-	// full queue, a queued message of the same target and key is
-	// replaced by this one.
-	Key string
-
-	// id, when set, is the message's id (a downstream record's, derived
-	// from its key: recordMessageID).
-	id string
-}
-
-// PublishResult is the API's answer to a publish.
-type PublishResult struct {
-	ID     string `json:"id"`
-	Seq    int64  `json:"seq,omitempty"`
-	Online *bool  `json:"online,omitempty"`
-}
-
-// APIError is an error with its HTTP status and contract code.
-type APIError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *APIError) Error() string { return e.Message }
-
-func badRequest(format string, a ...any) *APIError {
-	return &APIError{Status: http.StatusBadRequest, Code: "bad_request", Message: fmt.Sprintf(format, a...)}
-}
-
-// unavailable converts a backend failure into the API's 503.
-func unavailable(op string, err error) *APIError {
-	return &APIError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: fmt.Sprintf("cluster backend unavailable (%s): %v", op, err)}
-}
-
-// Validate checks a publish request and fills defaults.
-func (r *PublishRequest) Validate() (class, error) {
+// validate checks a publish request and fills defaults.
+func validate(r *api.PublishRequest) (class, error) {
 	switch r.Target.Type {
 	case protocol.TargetUser, protocol.TargetRoom:
 		if err := protocol.ValidName("target.id", r.Target.ID); err != nil {
-			return 0, badRequest("%v", err)
+			return 0, api.BadRequest("%v", err)
 		}
 	case protocol.TargetBroadcast:
 		r.Target.ID = ""
 	case "":
-		return 0, badRequest("target.type is required (user, room or broadcast)")
+		return 0, api.BadRequest("target.type is required (user, room or broadcast)")
 	default:
-		return 0, badRequest("target.type must be user, room or broadcast, got %q", r.Target.Type)
+		return 0, api.BadRequest("target.type must be user, room or broadcast, got %q", r.Target.Type)
 	}
 	cl, ok := parseClass(r.Class)
 	if !ok {
-		return 0, badRequest("class must be realtime, chat or notify, got %q", r.Class)
+		return 0, api.BadRequest("class must be realtime, chat or notify, got %q", r.Class)
 	}
 	if r.Reliable && r.Target.Type == protocol.TargetBroadcast {
-		return 0, badRequest("reliable is for user and room targets, not broadcast")
+		return 0, api.BadRequest("reliable is for user and room targets, not broadcast")
 	}
 	if len(r.Event) > protocol.MaxNameBytes {
-		return 0, badRequest("event is longer than %d bytes", protocol.MaxNameBytes)
+		return 0, api.BadRequest("event is longer than %d bytes", protocol.MaxNameBytes)
 	}
 	if r.Except != "" {
 		if err := protocol.ValidName("except", r.Except); err != nil {
-			return 0, badRequest("%v", err)
+			return 0, api.BadRequest("%v", err)
 		}
 	}
 	if err := validKey(r.Key, cl, r.Reliable); err != nil {
@@ -120,36 +69,36 @@ const idempotencyTTL = cluster.KeyLifetime
 // may have been stored: the key keeps the first try's message id, and the
 // inbox append is bound to the key (cluster.InboxAppend.Key). A key reused
 // with another body is answered 409.
-func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, error) {
+func (n *Node) Publish(ctx context.Context, r api.PublishRequest) (api.PublishResult, error) {
 	n.applyNamespace(&r)
-	cl, err := r.Validate()
+	cl, err := validate(&r)
 	if err != nil {
-		return PublishResult{}, err
+		return api.PublishResult{}, err
 	}
 	if r.IdempotencyKey == "" {
 		return n.publish(ctx, r, cl, n.newID())
 	}
 	if len(r.IdempotencyKey) > protocol.MaxNameBytes {
-		return PublishResult{}, badRequest("idempotency_key is longer than %d bytes", protocol.MaxNameBytes)
+		return api.PublishResult{}, api.BadRequest("idempotency_key is longer than %d bytes", protocol.MaxNameBytes)
 	}
-	fp := r.fingerprint(cl)
+	fp := fingerprint(&r, cl)
 	id := n.newID()
 	for {
 		kc, err := n.backend.ClaimKey(ctx, r.IdempotencyKey, fp, id, idempotencyTTL)
 		if err != nil {
-			return PublishResult{}, unavailable("idempotency key", err)
+			return api.PublishResult{}, api.Unavailable("idempotency key", err)
 		}
 		if kc.Conflict {
-			return PublishResult{}, &APIError{Status: http.StatusConflict, Code: "conflict", Message: "idempotency_key was used with another message (target, event, data, reliable or class differ)"}
+			return api.PublishResult{}, &api.Error{Status: http.StatusConflict, Code: "conflict", Message: "idempotency_key was used with another message (target, event, data, reliable or class differ)"}
 		}
 		if kc.Claimed {
 			id = kc.ID
 			break
 		}
 		if kc.Answer != nil {
-			var res PublishResult
+			var res api.PublishResult
 			if err := json.Unmarshal(kc.Answer, &res); err != nil {
-				return PublishResult{}, unavailable("idempotency key", err)
+				return api.PublishResult{}, api.Unavailable("idempotency key", err)
 			}
 			return res, nil
 		}
@@ -159,7 +108,7 @@ func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, er
 		// key reused with another body).
 		select {
 		case <-ctx.Done():
-			return PublishResult{}, &APIError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "a publish with this idempotency_key is still in progress; retry with the same key"}
+			return api.PublishResult{}, &api.Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "a publish with this idempotency_key is still in progress; retry with the same key"}
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -182,7 +131,7 @@ func (n *Node) Publish(ctx context.Context, r PublishRequest) (PublishResult, er
 
 // fingerprint identifies the body of a publish for its idempotency key:
 // target, event, data, reliable and class.
-func (r *PublishRequest) fingerprint(cl class) string {
+func fingerprint(r *api.PublishRequest, cl class) string {
 	h := sha256.New()
 	for _, f := range []string{r.Target.Type, r.Target.ID, r.Event, string(r.Data)} {
 		var l [8]byte
@@ -201,7 +150,7 @@ func boolByte(b bool) byte {
 	return 0
 }
 
-func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id string) (PublishResult, error) {
+func (n *Node) publish(ctx context.Context, r api.PublishRequest, cl class, id string) (api.PublishResult, error) {
 	if r.Traceparent != "" {
 		if p, ok := tracing.Parse(r.Traceparent); ok {
 			return n.publishTraced(ctx, r, cl, id, p)
@@ -213,7 +162,7 @@ func (n *Node) publish(ctx context.Context, r PublishRequest, cl class, id strin
 // publishTraced publishes a message with a trace context: under a span
 // (when spans are exported), logged with its trace id, the context sent
 // on with the message (tp of the envelopes).
-func (n *Node) publishTraced(ctx context.Context, r PublishRequest, cl class, id string, p tracing.Parent) (PublishResult, error) {
+func (n *Node) publishTraced(ctx context.Context, r api.PublishRequest, cl class, id string, p tracing.Parent) (api.PublishResult, error) {
 	span := n.tracer.Start(ctx, "wsgate.publish", p, trace.SpanKindServer,
 		attribute.String("wsgate.target.type", r.Target.Type), attribute.String("wsgate.target.id", r.Target.ID),
 		attribute.String("wsgate.message.id", id), attribute.Bool("wsgate.reliable", r.Reliable))
@@ -225,10 +174,10 @@ func (n *Node) publishTraced(ctx context.Context, r PublishRequest, cl class, id
 
 // publishMsg publishes a validated message; tp is the trace context its
 // envelopes carry ("" for none).
-func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, tp string) (PublishResult, error) {
+func (n *Node) publishMsg(ctx context.Context, r api.PublishRequest, cl class, id, tp string) (api.PublishResult, error) {
 	now := time.Now()
 	msg := protocol.Message{ID: id, Event: r.Event, Data: r.Data, TS: now.UnixMilli(), Target: r.Target, From: r.From}
-	res := PublishResult{ID: msg.ID}
+	res := api.PublishResult{ID: msg.ID}
 	n.metrics.Published.WithLabelValues(r.Target.Type).Inc()
 	switch r.Target.Type {
 	case protocol.TargetUser:
@@ -248,7 +197,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 			}
 			n.observe("publish", start, err)
 			if err != nil {
-				return PublishResult{}, unavailable("inbox append", err)
+				return api.PublishResult{}, api.Unavailable("inbox append", err)
 			}
 			msg.Seq, res.Seq, routes = ar.Seq, ar.Seq, ar.Routes
 			if !ar.Existing && n.events.undeliveredOn() {
@@ -257,16 +206,16 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		} else {
 			start := time.Now()
 			var err error
-			routes, err = n.lb.allUserRoutes(ctx, r.Target.ID)
+			routes, err = n.lb.AllUserRoutes(ctx, r.Target.ID)
 			n.observe("route", start, err)
 			if err != nil {
-				return PublishResult{}, unavailable("routes", err)
+				return api.PublishResult{}, api.Unavailable("routes", err)
 			}
 		}
 		// Delivered to every route's node (one that is only late with its
 		// heartbeat still gets it; a dead one's channel has no listener),
 		// counted as online only for the live ones.
-		online := len(n.lb.live(routes)) > 0
+		online := len(n.lb.Live(routes)) > 0
 		res.Online = &online
 		nodes := routeNodes(routes)
 		n.route(ctx, nodes, &msg, cl, now, tp, r.Except, r.Key)
@@ -278,7 +227,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 			o := n.backend.AppendRooms(ctx, []cluster.RoomAppend{{Room: r.Target.ID, Payload: protocol.AppendMessageJSON(nil, &msg), Key: r.IdempotencyKey}}, n.historyOpts(r.Target.ID))[0]
 			n.observe("publish", start, o.Err)
 			if o.Err != nil {
-				return PublishResult{}, unavailable("room history append", o.Err)
+				return api.PublishResult{}, api.Unavailable("room history append", o.Err)
 			}
 			if !o.Existing {
 				n.metrics.RoomHistory.Inc()
@@ -291,7 +240,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		nodes, err := n.backend.RoomNodes(ctx, r.Target.ID)
 		n.observe("rooms", start, err)
 		if err != nil {
-			return PublishResult{}, unavailable("room nodes", err)
+			return api.PublishResult{}, api.Unavailable("room nodes", err)
 		}
 		n.route(ctx, nodes, &msg, cl, now, tp, r.Except, r.Key)
 	case protocol.TargetBroadcast:
@@ -308,7 +257,7 @@ func (n *Node) publishMsg(ctx context.Context, r PublishRequest, cl class, id, t
 		err := n.backend.Broadcast(bctx, env)
 		n.observe("bus", start, err)
 		if err != nil {
-			return PublishResult{}, unavailable("broadcast", err)
+			return api.PublishResult{}, api.Unavailable("broadcast", err)
 		}
 		d := newDelivery(body, cl, 0, now.UnixNano()).keyed(r.Target, r.Key)
 		d.except = r.Except
@@ -363,7 +312,7 @@ func (n *Node) route(ctx context.Context, nodes []string, msg *protocol.Message,
 
 // bulkMsg is one message of publishBulk.
 type bulkMsg struct {
-	req   *PublishRequest
+	req   *api.PublishRequest
 	cl    class
 	msg   protocol.Message
 	nodes []string // where the user's connections are
@@ -380,7 +329,7 @@ type bulkMsg struct {
 // order (SendEach). Messages to one user keep their order: their seqs
 // follow the batch order, and so do their places in each envelope and in
 // the local deliveries. Each message gets its own answer in results.
-func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes []class, idx []int, results []any) {
+func (n *Node) publishBulk(ctx context.Context, reqs []api.PublishRequest, classes []class, idx []int, results []any) {
 	now := time.Now()
 	ms := make([]bulkMsg, len(idx))
 	var appends []cluster.InboxAppend
@@ -392,7 +341,7 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 		r := &reqs[i]
 		m := &ms[k]
 		m.req, m.cl, m.res = r, classes[i], &results[i]
-		id := r.id
+		id := r.MessageID
 		if id == "" {
 			id = n.newID()
 		}
@@ -417,16 +366,16 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 	if len(users) > 0 {
 		wg.Go(func() {
 			start := time.Now()
-			all, err := n.lb.allUsersRoutes(ctx, users)
+			all, err := n.lb.AllUsersRoutes(ctx, users)
 			n.observe("route", start, err)
 			for _, k := range plainAt {
 				m := &ms[k]
 				if err != nil {
-					*m.res = map[string]protocol.ErrorBody{"error": errorBody(unavailable("routes", err))}
+					*m.res = map[string]protocol.ErrorBody{"error": api.ErrorBody(api.Unavailable("routes", err))}
 					continue
 				}
 				routes := all[userAt[m.req.Target.ID]]
-				m.nodes, m.live, m.ok = routeNodes(routes), len(n.lb.live(routes)) > 0, true
+				m.nodes, m.live, m.ok = routeNodes(routes), len(n.lb.Live(routes)) > 0, true
 			}
 		})
 	}
@@ -439,11 +388,11 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 			m := &ms[appendAt[j]]
 			if o.Err != nil {
 				firstErr = cmpOr(firstErr, o.Err)
-				*m.res = map[string]protocol.ErrorBody{"error": errorBody(unavailable("inbox append", o.Err))}
+				*m.res = map[string]protocol.ErrorBody{"error": api.ErrorBody(api.Unavailable("inbox append", o.Err))}
 				continue
 			}
 			m.msg.Seq = o.Seq
-			m.nodes, m.live, m.ok = routeNodes(o.Routes), len(n.lb.live(o.Routes)) > 0, true
+			m.nodes, m.live, m.ok = routeNodes(o.Routes), len(n.lb.Live(o.Routes)) > 0, true
 			if !o.Existing && n.events.undeliveredOn() {
 				dues = append(dues, cluster.Due{User: m.req.Target.ID, Seq: o.Seq, MessageID: m.msg.ID, Event: m.msg.Event})
 			}
@@ -463,7 +412,7 @@ func (n *Node) publishBulk(ctx context.Context, reqs []PublishRequest, classes [
 			continue
 		}
 		online := m.live
-		*m.res = PublishResult{ID: m.msg.ID, Seq: m.msg.Seq, Online: &online}
+		*m.res = api.PublishResult{ID: m.msg.ID, Seq: m.msg.Seq, Online: &online}
 		if len(m.nodes) == 0 {
 			continue
 		}
@@ -559,7 +508,7 @@ func (n *Node) resend(nodes []string, env []byte) {
 
 // applyNamespace makes a publish to a room of a reliable namespace
 // reliable.
-func (n *Node) applyNamespace(r *PublishRequest) {
+func (n *Node) applyNamespace(r *api.PublishRequest) {
 	if r.Target.Type == protocol.TargetRoom && n.ns(r.Target.ID).Reliable {
 		r.Reliable = true
 	}

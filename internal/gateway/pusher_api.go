@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -35,14 +36,14 @@ const (
 var socketIDPattern = regexp.MustCompile(`^\d{1,20}\.\d{1,20}$`)
 
 func (n *Node) pusherAPIRoutes(mux *http.ServeMux) {
-	api := func(pattern string, h func(http.ResponseWriter, *http.Request, []byte) error) {
+	handle := func(pattern string, h func(http.ResponseWriter, *http.Request, []byte) error) {
 		mux.HandleFunc(pattern, n.pusherAPIHandler(h))
 	}
-	api("POST /apps/{app_id}/events", n.pusherEvents)
-	api("POST /apps/{app_id}/batch_events", n.pusherBatchEvents)
-	api("GET /apps/{app_id}/channels", n.pusherChannels)
-	api("GET /apps/{app_id}/channels/{name}", n.pusherChannel)
-	api("GET /apps/{app_id}/channels/{name}/users", n.pusherUsers)
+	handle("POST /apps/{app_id}/events", n.pusherEvents)
+	handle("POST /apps/{app_id}/batch_events", n.pusherBatchEvents)
+	handle("GET /apps/{app_id}/channels", n.pusherChannels)
+	handle("GET /apps/{app_id}/channels/{name}", n.pusherChannel)
+	handle("GET /apps/{app_id}/channels/{name}/users", n.pusherUsers)
 }
 
 // pusherAPIError is an answer of the Pusher HTTP API other than 200: a
@@ -66,9 +67,9 @@ func (n *Node) pusherAPIHandler(h func(http.ResponseWriter, *http.Request, []byt
 			if r.PathValue("app_id") != n.cfg.PusherAppID {
 				return pusherBad(http.StatusNotFound, "Unknown app id %q", r.PathValue("app_id"))
 			}
-			body, err := readBody(r)
+			body, err := api.ReadBody(r)
 			if err != nil {
-				var ae *APIError
+				var ae *api.Error
 				if errors.As(err, &ae) {
 					return pusherBad(ae.Status, "%s", ae.Message)
 				}
@@ -85,7 +86,7 @@ func (n *Node) pusherAPIHandler(h func(http.ResponseWriter, *http.Request, []byt
 		var pe *pusherAPIError
 		if !errors.As(err, &pe) {
 			pe = &pusherAPIError{status: http.StatusInternalServerError, msg: err.Error()}
-			var ae *APIError
+			var ae *api.Error
 			if errors.As(err, &ae) {
 				pe.status = ae.Status
 			}
@@ -202,7 +203,7 @@ func (n *Node) publishPusher(ctx context.Context, e *pusherEvent, chans []string
 		data = json.RawMessage(`""`)
 	}
 	for _, ch := range chans {
-		req := PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: ch}, Event: e.Name, Data: data, Class: "chat", Except: e.SocketID}
+		req := api.PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: ch}, Event: e.Name, Data: data, Class: "chat", Except: e.SocketID}
 		if _, err := n.Publish(ctx, req); err != nil {
 			return err
 		}
@@ -222,7 +223,7 @@ func (n *Node) pusherEvents(w http.ResponseWriter, r *http.Request, body []byte)
 	if err := n.publishPusher(r.Context(), &e, chans); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, struct{}{})
+	api.WriteJSON(w, http.StatusOK, struct{}{})
 	return nil
 }
 
@@ -248,7 +249,7 @@ func (n *Node) pusherBatchEvents(w http.ResponseWriter, r *http.Request, body []
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"batch": make([]struct{}, len(b.Batch))})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"batch": make([]struct{}, len(b.Batch))})
 	return nil
 }
 
@@ -285,7 +286,7 @@ func (n *Node) pusherChannels(w http.ResponseWriter, r *http.Request, _ []byte) 
 	defer cancel()
 	nodes, err := n.pres.PresenceNodes(ctx)
 	if err != nil {
-		return unavailable("room presence", err)
+		return api.Unavailable("room presence", err)
 	}
 	type counts struct {
 		subs  int
@@ -295,7 +296,7 @@ func (n *Node) pusherChannels(w http.ResponseWriter, r *http.Request, _ []byte) 
 	for _, id := range nodes {
 		list, err := n.pres.NodePresence(ctx, id)
 		if err != nil {
-			return unavailable("room presence", err)
+			return api.Unavailable("room presence", err)
 		}
 		for _, e := range list {
 			if !strings.HasPrefix(e.Room, prefix) {
@@ -321,7 +322,7 @@ func (n *Node) pusherChannels(w http.ResponseWriter, r *http.Request, _ []byte) 
 		}
 		out[room] = info
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"channels": out})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"channels": out})
 	return nil
 }
 
@@ -338,7 +339,7 @@ func (n *Node) pusherChannel(w http.ResponseWriter, r *http.Request, _ []byte) e
 	defer cancel()
 	p, _, _, err := n.pres.RoomPresence(ctx, name, "", 0)
 	if err != nil {
-		return unavailable("room presence", err)
+		return api.Unavailable("room presence", err)
 	}
 	out := map[string]any{"occupied": p.Conns > 0}
 	if users {
@@ -347,7 +348,7 @@ func (n *Node) pusherChannel(w http.ResponseWriter, r *http.Request, _ []byte) e
 	if subs {
 		out["subscription_count"] = p.Conns
 	}
-	writeJSON(w, http.StatusOK, out)
+	api.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -370,7 +371,7 @@ func (n *Node) pusherUsers(w http.ResponseWriter, r *http.Request, _ []byte) err
 	for {
 		_, list, next, err := n.pres.RoomPresence(ctx, name, cursor, 1000)
 		if err != nil {
-			return unavailable("room presence", err)
+			return api.Unavailable("room presence", err)
 		}
 		for _, e := range list {
 			if !seen[e.User] {
@@ -383,6 +384,6 @@ func (n *Node) pusherUsers(w http.ResponseWriter, r *http.Request, _ []byte) err
 		}
 		cursor = next
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"users": users})
+	api.WriteJSON(w, http.StatusOK, map[string]any{"users": users})
 	return nil
 }

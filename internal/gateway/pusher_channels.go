@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/protocol"
@@ -122,7 +123,7 @@ func (c *conn) pusherSubscribeFailed(ch string, err error) {
 	}
 	c.mu.Unlock()
 	code := protocol.PusherErrClientEvent
-	if ae, ok := err.(*APIError); ok && ae.Status >= 500 {
+	if ae, ok := err.(*api.Error); ok && ae.Status >= 500 {
 		code = protocol.PusherErrReconnect
 	}
 	c.sendPusher(protocol.EncodePusherError(code, "subscription to "+ch+" failed: "+err.Error(), ch))
@@ -175,7 +176,7 @@ func (c *conn) pusherClientEvent(ctx context.Context, cf *protocol.ClientFrame) 
 	if len(data) == 0 {
 		data = json.RawMessage("null")
 	}
-	req := PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: ch}, Event: cf.Type, Data: data, Class: "chat", Except: c.connID()}
+	req := api.PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: ch}, Event: cf.Type, Data: data, Class: "chat", Except: c.connID()}
 	if strings.HasPrefix(ch, pusherPresence) {
 		c.mu.Lock()
 		if c.x != nil && c.x.pres[ch] != nil {

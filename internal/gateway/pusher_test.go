@@ -21,6 +21,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
 	"github.com/wsgate/wsgate/protocol"
@@ -265,7 +266,7 @@ func TestPusherChannels(t *testing.T) {
 	w := n.connectTok(t, "alice", anyRoom)
 	w.send(map[string]any{"type": "join", "id": "j", "room": "lobby"})
 	w.expect("reply")
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "lobby"}, Event: "greet", Data: raw(`{"hi":1}`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "lobby"}, Event: "greet", Data: raw(`{"hi":1}`)})
 	f := p.event("greet", "lobby")
 	if f["data"] != `{"hi":1}` {
 		t.Fatalf("data %#v, want the JSON text as a string", f["data"])
@@ -273,7 +274,7 @@ func TestPusherChannels(t *testing.T) {
 	if m := w.expect("message"); m["event"] != "greet" {
 		t.Fatalf("wsgate member got %v", m)
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "lobby"}, Event: "s", Data: raw(`"plain"`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "lobby"}, Event: "s", Data: raw(`"plain"`)})
 	if f := p.event("s", "lobby"); f["data"] != "plain" {
 		t.Fatalf("string data %#v, want plain", f["data"])
 	}
@@ -288,8 +289,8 @@ func TestPusherChannels(t *testing.T) {
 	// unsubscribe: no more events.
 	p.send(map[string]any{"event": protocol.PusherUnsubscribe, "data": map[string]any{"channel": "lobby"}})
 	p.quiet("x")
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "lobby"}, Event: "after", Data: raw(`1`)})
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "private-a"}, Event: "marker", Data: raw(`1`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "lobby"}, Event: "after", Data: raw(`1`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "private-a"}, Event: "marker", Data: raw(`1`)})
 	for {
 		f := p.next(5 * time.Second)
 		if f["event"] == "after" {
@@ -499,7 +500,7 @@ func TestPusherNetHTTPRoute(t *testing.T) {
 	if f := p.subscribed("private-desk", ""); f["channel"] != "private-desk" {
 		t.Fatalf("subscription_succeeded %v", f)
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "private-desk"}, Event: "note", Data: raw(`{"n":1}`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: protocol.TargetRoom, ID: "private-desk"}, Event: "note", Data: raw(`{"n":1}`)})
 	if f := p.event("note", "private-desk"); f["data"] != `{"n":1}` {
 		t.Fatalf("event on the net/http route %v, want data as the string {\"n\":1}", f)
 	}

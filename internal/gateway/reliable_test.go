@@ -12,6 +12,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
@@ -19,7 +20,7 @@ import (
 
 func reliable(t testing.TB, n *testNode, user string, i int) int64 {
 	t.Helper()
-	res := pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "r", Data: raw(fmt.Sprint(i)), Reliable: true})
+	res := pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "r", Data: raw(fmt.Sprint(i)), Reliable: true})
 	return res.Seq
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
 	"github.com/wsgate/wsgate/protocol"
@@ -20,7 +21,7 @@ func TestConnectWhileReplicasDownReplaysOnceConfirmed(t *testing.T) {
 	b := redisBackend(t, set.URL(), "rep", 1)
 	n := startNodeWith(t, b, func(c *config.Gateway) { c.ReliableReplicas = 1 })
 	join(t, n, "news", "rita")
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "rita"}, Event: "e", Data: raw(`"stored"`), Reliable: true})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "rita"}, Event: "e", Data: raw(`"stored"`), Reliable: true})
 	reliableRoom(t, n, "news", 1)
 
 	set.Replica.Pause()
@@ -34,7 +35,7 @@ func TestConnectWhileReplicasDownReplaysOnceConfirmed(t *testing.T) {
 	if w := c.next(10 * time.Second); w["type"] != "welcome" {
 		t.Fatalf("first frame with the replica down: %v, want the welcome", w)
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "rita"}, Event: "e", Data: raw(`"live"`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "rita"}, Event: "e", Data: raw(`"live"`)})
 	// A replay is queued before anything live: the plain message coming
 	// first shows that nothing unconfirmed was delivered.
 	if f := c.next(10 * time.Second); f["type"] != "message" || f["data"] != "live" || f["seq"] != nil {

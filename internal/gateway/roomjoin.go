@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/auth"
 	"github.com/wsgate/wsgate/internal/rooms"
 	"github.com/wsgate/wsgate/internal/upstream"
@@ -66,7 +67,7 @@ func (c *conn) joinFrame(ctx context.Context, cf *protocol.ClientFrame) {
 		return
 	}
 	_, err := n.changeMembership(ctx, room, c.user, true, c, cf.Since)
-	if ae, ok := err.(*APIError); ok && ae.Code == codeTooManyRooms {
+	if ae, ok := err.(*api.Error); ok && ae.Code == codeTooManyRooms {
 		c.replyRefused(cf.ID, protocol.ErrForbidden, ae.Message)
 		return
 	}
@@ -97,7 +98,7 @@ func (c *conn) leaveFrame(ctx context.Context, cf *protocol.ClientFrame) {
 // publish mode says (the token's pub claim, any member, or nobody), not
 // back to the sender with echo off; to a user, by the pub claim.
 func (c *conn) publishFrame(ctx context.Context, cf *protocol.ClientFrame) {
-	req := PublishRequest{Target: *cf.Target, Event: cf.Event, Data: cf.Data, Class: "chat", From: c.user}
+	req := api.PublishRequest{Target: *cf.Target, Event: cf.Event, Data: cf.Data, Class: "chat", From: c.user}
 	// The sender is the verified user: a "from" in the frame or its data
 	// is never read.
 	allowed := auth.AllowPublish(c.claims(), cf.Target.Type, cf.Target.ID)
@@ -193,7 +194,7 @@ func (n *Node) checkFull(ctx context.Context, ns *rooms.Namespace, c *conn, room
 	if n.tracksPresence(room) {
 		p, _, _, err := n.pres.RoomPresence(ctx, room, "", 0)
 		if err != nil {
-			return unavailable("room presence", err)
+			return api.Unavailable("room presence", err)
 		}
 		count = p.Users
 		if ns.Scope == rooms.ScopeConnection {
@@ -202,7 +203,7 @@ func (n *Node) checkFull(ctx context.Context, ns *rooms.Namespace, c *conn, room
 	} else if ns.Scope == rooms.ScopeUser {
 		members, err := n.backend.RoomMembers(ctx, room)
 		if err != nil {
-			return unavailable("room members", err)
+			return api.Unavailable("room members", err)
 		}
 		for _, m := range members {
 			if m == c.user {
@@ -212,7 +213,7 @@ func (n *Node) checkFull(ctx context.Context, ns *rooms.Namespace, c *conn, room
 		count = int64(len(members))
 	}
 	if count >= int64(ns.MaxMembers) {
-		return &APIError{Status: http.StatusConflict, Code: codeFull, Message: fmt.Sprintf("room %s is full (max_members %d)", room, ns.MaxMembers)}
+		return &api.Error{Status: http.StatusConflict, Code: codeFull, Message: fmt.Sprintf("room %s is full (max_members %d)", room, ns.MaxMembers)}
 	}
 	return nil
 }
@@ -222,14 +223,14 @@ func (n *Node) checkFull(ctx context.Context, ns *rooms.Namespace, c *conn, room
 // stream from the room's seq (or since), then presence.
 func (n *Node) joinConnRoom(ctx context.Context, c *conn, room string, since *int64) error {
 	if n.hub.connRoomCount(c) >= n.cfg.MaxRoomsPerUser && !n.hub.connMember(c, room) {
-		return &APIError{Status: http.StatusForbidden, Code: protocol.ErrForbidden,
+		return &api.Error{Status: http.StatusForbidden, Code: protocol.ErrForbidden,
 			Message: fmt.Sprintf("the connection is in %d rooms, the limit (WSGATE_MAX_ROOMS_PER_USER)", n.cfg.MaxRoomsPerUser)}
 	}
 	added, joined := n.hub.joinConn(c, room)
 	if added {
 		if err := n.declareInterestCtx(ctx, []string{room}); err != nil {
 			n.leaveConnRoom(c, room)
-			return unavailable("room interest", err)
+			return api.Unavailable("room interest", err)
 		}
 	}
 	if joined {
@@ -240,7 +241,7 @@ func (n *Node) joinConnRoom(ctx context.Context, c *conn, room string, since *in
 	n.observe("room_seqs", start, err)
 	if err != nil {
 		n.leaveConnRoom(c, room)
-		return unavailable("room seq", err)
+		return api.Unavailable("room seq", err)
 	}
 	switch {
 	case since != nil:

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -79,10 +80,10 @@ func (n *Node) resyncLocal(user, room string, base int64, skip *conn) {
 // the frame has a since (it follows from it).
 func (n *Node) changeMembership(ctx context.Context, room, user string, join bool, except *conn, since *int64) (roomSeq int64, err error) {
 	if err := protocol.ValidName("room", room); err != nil {
-		return 0, badRequest("%v", err)
+		return 0, api.BadRequest("%v", err)
 	}
 	if err := protocol.ValidName("user", user); err != nil {
-		return 0, badRequest("%v", err)
+		return 0, api.BadRequest("%v", err)
 	}
 	defer n.hub.beginChange(user)() // the backend has it before the index (roomconverge.go)
 	start := time.Now()
@@ -100,12 +101,12 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 	}
 	if errors.Is(err, cluster.ErrRoomLimit) {
 		n.observe("rooms", start, nil) // an answer, not a backend failure
-		return 0, &APIError{Status: http.StatusConflict, Code: codeTooManyRooms,
+		return 0, &api.Error{Status: http.StatusConflict, Code: codeTooManyRooms,
 			Message: fmt.Sprintf("user %s is a member of %d rooms, the limit (WSGATE_MAX_ROOMS_PER_USER)", user, n.cfg.MaxRoomsPerUser)}
 	}
 	n.observe("rooms", start, err)
 	if err != nil {
-		return 0, unavailable("room membership", err)
+		return 0, api.Unavailable("room membership", err)
 	}
 	n.events.membership(user, room, join)
 	if !join {
@@ -113,7 +114,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 		routes, err = n.backend.UserRoutes(ctx, user)
 		n.observe("route", start, err)
 		if err != nil {
-			return 0, unavailable("routes", err)
+			return 0, api.Unavailable("routes", err)
 		}
 	}
 	var remote []string
@@ -141,7 +142,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 					seqs, err := n.backend.RoomSeqs(ctx, []string{room})
 					n.observe("room_seqs", start, err)
 					if err != nil {
-						return 0, unavailable("room seq", err)
+						return 0, api.Unavailable("room seq", err)
 					}
 					if seqs[0] > roomSeq {
 						var skip *conn
@@ -163,7 +164,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 		remote = append(remote, id)
 		if join {
 			if err := n.backend.SetRoomInterest(ctx, id, []string{room}, n.cfg.RouteTTL); err != nil {
-				return 0, unavailable("room interest", err)
+				return 0, api.Unavailable("room interest", err)
 			}
 		}
 	}
@@ -174,7 +175,7 @@ func (n *Node) changeMembership(ctx context.Context, room, user string, join boo
 		}
 		env := encodeEnvelope(e, nil)
 		if err := n.backend.Send(ctx, remote, env); err != nil {
-			return 0, unavailable("bus", err)
+			return 0, api.Unavailable("bus", err)
 		}
 	}
 	return roomSeq, nil

@@ -73,7 +73,7 @@ func TestLostFirstReliableMessageOfAPlainRoomArrives(t *testing.T) {
 // reconnect and without the safety net (off here).
 func TestMissedAPIJoinIsFollowedAfterALossNotice(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Options{})
-	api := startNodeWith(t, redisBackend(t, srv.URL(), "missedjoin", 0), nil)
+	apiNode := startNodeWith(t, redisBackend(t, srv.URL(), "missedjoin", 0), nil)
 	member := startNodeWith(t, redisBackend(t, srv.URL(), "missedjoin", 0), func(c *config.Gateway) { c.NodeID = "t2" })
 	member.catchUpEvery.Store(0)
 	lost := make(chan struct{})
@@ -86,11 +86,11 @@ func TestMissedAPIJoinIsFollowedAfterALossNotice(t *testing.T) {
 	}
 	c := dialRaw(t, member.addr, "absent", "")
 	eventually(t, 5*time.Second, "connected", func() bool { return member.hub.count() == 1 })
-	reliableRoom(t, api, "told", 1)
-	reliableRoom(t, api, "told", 2)
-	join(t, api, "told", "absent")
+	reliableRoom(t, apiNode, "told", 1)
+	reliableRoom(t, apiNode, "told", 2)
+	join(t, apiNode, "told", "absent")
 	<-lost
-	reliableRoom(t, api, "told", 3) // reaches t2, which has no member for it
+	reliableRoom(t, apiNode, "told", 3) // reaches t2, which has no member for it
 	if n, err := srv.KillClients("pubsub"); err != nil || n == 0 {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %d, %v", n, err)
 	}
@@ -98,7 +98,7 @@ func TestMissedAPIJoinIsFollowedAfterALossNotice(t *testing.T) {
 	if code := c.readSeqs(&got, 3); code != 0 {
 		t.Fatalf("the room's messages after the join never came (read ended with %d after %v)", code, got)
 	}
-	reliableRoom(t, api, "told", 4)
+	reliableRoom(t, apiNode, "told", 4)
 	if code := c.readSeqs(&got, 4); code != 0 || fmt.Sprint(got) != "[3 4]" {
 		t.Fatalf("room seqs %v (read ended with %d), want [3 4]: every message after the join, none before", got, code)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -78,7 +79,7 @@ func TestJoinFrameBeyondMaxRooms(t *testing.T) {
 	if r := c.expect("reply"); r["id"] != "j2" || r["ok"] != true {
 		t.Fatalf("join of a room held, at the limit: %v, want ok", r)
 	}
-	pub(t, n, PublishRequest{Target: roomTarget("r7"), Event: "after", Data: raw("1")})
+	pub(t, n, api.PublishRequest{Target: roomTarget("r7"), Event: "after", Data: raw("1")})
 	if m := c.expect("message"); m["event"] != "after" {
 		t.Fatalf("message after the refusal: %v", m)
 	}

@@ -12,6 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
@@ -22,7 +23,7 @@ func roomTarget(room string) protocol.Target { return protocol.Target{Type: "roo
 // reliableRoom publishes message i to room reliably and returns its seq.
 func reliableRoom(t testing.TB, n *testNode, room string, i int) int64 {
 	t.Helper()
-	return pub(t, n, PublishRequest{Target: roomTarget(room), Event: "r", Data: raw(fmt.Sprint(i)), Reliable: true}).Seq
+	return pub(t, n, api.PublishRequest{Target: roomTarget(room), Event: "r", Data: raw(fmt.Sprint(i)), Reliable: true}).Seq
 }
 
 func join(t testing.TB, n *testNode, room, user string) {
@@ -86,7 +87,7 @@ func TestReliableRoomLiveWelcomeAndResume(t *testing.T) {
 	if got := reliableRoom(t, n, "lobby", 1); got != 1 {
 		t.Fatalf("first reliable room publish: seq %d, want 1", got)
 	}
-	pub(t, n, PublishRequest{Target: roomTarget("lobby"), Event: "p", Data: raw(`"plain"`)})
+	pub(t, n, api.PublishRequest{Target: roomTarget("lobby"), Event: "p", Data: raw(`"plain"`)})
 	if seqs, ev := roomSeqsOf(t, c, "lobby", 1); len(seqs) != 1 {
 		t.Fatalf("live: %v", ev)
 	}
@@ -225,14 +226,14 @@ func TestReliableRoomSurvivesBackpressureEveryClass(t *testing.T) {
 							msgs = append(msgs, json.RawMessage(fmt.Sprintf(`{"target":{"type":"room","id":%q},"event":"e","data":%s,"reliable":true,"class":%q}`, room, payload, cl)))
 						}
 						for k, r := range n.publishBatch(context.Background(), msgs, "") {
-							if res, ok := r.(PublishResult); !ok || res.Seq != int64(i+k+1) {
+							if res, ok := r.(api.PublishResult); !ok || res.Seq != int64(i+k+1) {
 								t.Fatalf("batch message %d: %v", i+k, r)
 							}
 						}
 					}
 				} else {
 					for i := 0; i < total; i++ {
-						pub(t, n, PublishRequest{Target: roomTarget(room), Event: "e", Data: raw(payload), Reliable: true, Class: cl})
+						pub(t, n, api.PublishRequest{Target: roomTarget(room), Event: "e", Data: raw(payload), Reliable: true, Class: cl})
 					}
 				}
 				got, resumes := receiveAllResuming(t, n, c, user, total, func(since int64) string { return fmt.Sprintf("?room_since=%s:%d", room, since) })

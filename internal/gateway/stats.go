@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net/http"
 	"sync"
 	"time"
 
@@ -100,21 +99,6 @@ func (s *statsRing) since(t int64) []StatsSample {
 	return out
 }
 
-// apiStats answers GET /api/v1/stats[?since=T]: the samples after T (Unix
-// ms; default: all, the last 5 minutes) and the sampling period.
-func (n *Node) apiStats(w http.ResponseWriter, r *http.Request) error {
-	since, err := queryInt(r, "since", 0, 0, 1<<53)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"interval_ms": n.cfg.HeartbeatInterval.Milliseconds(),
-		"window_ms":   statsWindow.Milliseconds(),
-		"samples":     n.stats.since(since),
-	})
-	return nil
-}
-
 // messageCounts reads the node's message counters:
 // wsgate_messages_published_total summed over its targets, and
 // wsgate_messages_delivered_total.
@@ -131,4 +115,14 @@ func counterNow(c prometheus.Counter) int64 {
 		return 0
 	}
 	return int64(d.GetCounter().GetValue())
+}
+
+// Stats answers GET /api/v1/stats[?since=T]: the samples after T (Unix
+// ms; default: all, the last 5 minutes) and the sampling period.
+func (n *Node) Stats(since int64) any {
+	return map[string]any{
+		"interval_ms": n.cfg.HeartbeatInterval.Milliseconds(),
+		"window_ms":   statsWindow.Milliseconds(),
+		"samples":     n.stats.since(since),
+	}
 }

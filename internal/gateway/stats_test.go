@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
@@ -63,7 +64,7 @@ func TestStatsAPIShowsClusterRates(t *testing.T) {
 		Samples    []StatsSample `json:"samples"`
 	}
 	eventually(t, 20*time.Second, "a delivery rate of t2 in t1's history", func() bool {
-		pub(t, n1, PublishRequest{Target: protocol.Target{Type: "user", ID: "gus"}, Event: "tick", Data: raw(`1`)})
+		pub(t, n1, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "gus"}, Event: "tick", Data: raw(`1`)})
 		c.expect("message")
 		status := apiJSON(t, n1, "GET", "/api/v1/stats", &res)
 		if status != 200 || len(res.Samples) == 0 {

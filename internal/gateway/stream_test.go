@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
@@ -248,8 +249,8 @@ func TestSSEWelcomeMessageAndCursor(t *testing.T) {
 	if str(w.m, "transport") != "sse" || str(w.m, "session") == "" || str(w.m, "conn_id") == "" || w.id != "" {
 		t.Fatalf("welcome %v id %q: want transport sse, a session, no id", w.m, w.id)
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "ann"}, Event: "rel", Reliable: true})
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "ann"}, Event: "plain"})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "ann"}, Event: "rel", Reliable: true})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "ann"}, Event: "plain"})
 	rel := s.expect("message")
 	if rel.seq() != 1 || rel.id == "" {
 		t.Fatalf("reliable message %v id %q: want seq 1 and an id", rel.m, rel.id)
@@ -347,8 +348,8 @@ func TestStreamRefusedBeforeAnyEvent(t *testing.T) {
 func publishMixed(t *testing.T, n *testNode, user, room string, k int) {
 	t.Helper()
 	for range k {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "u", Reliable: true})
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "room", ID: room}, Event: "r", Reliable: true})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "u", Reliable: true})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "room", ID: room}, Event: "r", Reliable: true})
 	}
 }
 
@@ -369,7 +370,7 @@ func TestSSEResumeUserAndRoomStreams(t *testing.T) {
 	if st, _ := apiCall(t, n, "PUT", "/api/v1/rooms/ops/members/cy", "k", ""); st != 204 {
 		t.Fatalf("join: %d", st)
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "room", ID: "ops"}, Event: "r", Reliable: true}) // room seq 1, before the connect
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "room", ID: "ops"}, Event: "r", Reliable: true}) // room seq 1, before the connect
 	s, w := openSSE(t, n, "cy", url.Values{"room_since": {"ops:0"}}, nil)
 	publishMixed(t, n, "cy", "ops", 3) // user 1-3, room 2-4
 	var first []streamEvent
@@ -393,7 +394,7 @@ func TestSSEResumeUserAndRoomStreams(t *testing.T) {
 	for len(second) < 7 {
 		second = append(second, s2.expect("message"))
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "cy"}, Event: "fence"})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "cy"}, Event: "fence"})
 	if f := s2.expect("message"); str(f.m, "event") != "fence" {
 		t.Fatalf("after the resume: %v, want only the fence (a duplicate came)", f.m)
 	}
@@ -423,7 +424,7 @@ func TestSSEResumeUserAndRoomStreams(t *testing.T) {
 	s2.resp.Body.Close()
 	eventually(t, 5*time.Second, "the second connection gone", func() bool { return n.hub.count() == 0 })
 	s3, _ := openSSE(t, n, "cy", url.Values{"last_event_id": {second[len(second)-1].id}}, nil)
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "cy"}, Event: "fence"})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "cy"}, Event: "fence"})
 	if f := s3.expect("message"); str(f.m, "event") != "fence" {
 		t.Fatalf("resume from the last id: %v, want nothing replayed", f.m)
 	}
@@ -563,7 +564,7 @@ func TestSSEDrainSendsRedirectAndClose(t *testing.T) {
 func TestStreamNDJSON(t *testing.T) {
 	n := startNode(t, func(c *config.Gateway) { c.PingInterval = time.Second; c.PongTimeout = 3 * time.Second })
 	for i := 1; i <= 3; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "fay"}, Event: fmt.Sprint("m", i), Reliable: true})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "fay"}, Event: fmt.Sprint("m", i), Reliable: true})
 	}
 	req, _ := http.NewRequest("POST", "http://"+n.addr+"/stream", strings.NewReader(`{"token":"`+token(t, "fay", nil)+`","since":1}`))
 	s, resp, body := openStream(t, req, false)
@@ -665,7 +666,7 @@ func TestSSEOverTLSAndHTTP2(t *testing.T) {
 				t.Fatalf("GET /sse: %v %s", resp.Proto, body)
 			}
 			w := s.expect("welcome")
-			pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "hi", Reliable: true})
+			pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "hi", Reliable: true})
 			if m := s.expect("message"); m.id == "" {
 				t.Fatalf("message %v without an id", m.m)
 			}

@@ -1,13 +1,18 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"time"
 
 	"github.com/wsgate/wsgate/internal/admission"
+	"github.com/wsgate/wsgate/internal/allocator"
+	"github.com/wsgate/wsgate/internal/api"
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/web"
 )
 
@@ -75,31 +80,10 @@ func (n *Node) allocateRoutes(mux *http.ServeMux) {
 // peers only: its cmdline and heap would tell a stranger too much.
 func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 	mux.Handle("GET /metrics", n.devHostOnly(n.metrics.Handler()))
-	api := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
-		mux.HandleFunc(pattern, n.apiHandler(h))
-	}
-	api("POST /api/v1/publish", n.apiPublish)
-	api("POST /api/v1/publish/batch", n.apiPublishBatch)
-	api("PUT /api/v1/rooms/{room}/members/{user}", n.apiJoin)
-	api("DELETE /api/v1/rooms/{room}/members/{user}", n.apiLeave)
-	api("GET /api/v1/rooms/{room}/members", n.apiMembers)
-	api("GET /api/v1/rooms/{room}/history", n.apiHistory)
-	api("GET /api/v1/rooms/{room}/presence", n.apiRoomPresence)
-	api("GET /api/v1/rooms", n.apiRooms)
-	api("GET /api/v1/users/{user}/presence", n.apiPresence)
-	api("POST /api/v1/users/{user}/disconnect", n.apiDisconnect)
-	api("GET /api/v1/nodes", n.apiNodes)
-	api("POST /api/v1/nodes/{node}/drain", n.apiDrain)
-	api("GET /api/v1/nodes/{node}/connections", n.apiConnections)
-	api("POST /api/v1/connections/{conn}/disconnect", n.apiDisconnectConn)
-	api("GET /api/v1/stats", n.apiStats)
-	mux.Handle(n.grpcHandler())
+	n.apiH.Register(mux)
 	if n.cfg.TransportOn("pusher") {
 		n.pusherAPIRoutes(mux)
 	}
-	api("/api/", func(w http.ResponseWriter, r *http.Request) error {
-		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: "no such API endpoint: " + r.Method + " " + r.URL.Path}
-	})
 	web.Register(mux, n.gate.Origins().CORS)
 	p := ProfilerHandler()
 	if loopbackPprof {
@@ -109,7 +93,7 @@ func (n *Node) adminRoutes(mux *http.ServeMux, loopbackPprof bool) {
 }
 
 func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // ProfilerHandler serves net/http/pprof under /debug/pprof/.
@@ -164,4 +148,37 @@ func (n *Node) ServeAdmin(ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+func (n *Node) serveReady(w http.ResponseWriter, r *http.Request) {
+	if n.Ready() {
+		api.WriteJSON(w, http.StatusOK, map[string]string{"status": string(n.Status())})
+		return
+	}
+	w.Header().Set("Retry-After", "5")
+	api.WriteError(w, http.StatusServiceUnavailable, "unavailable", n.notReadyReason())
+}
+
+func (n *Node) serveAllocate(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	nodes, err := n.backend.Nodes(ctx)
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		api.WriteError(w, http.StatusServiceUnavailable, "unavailable", "cluster backend unavailable")
+		return
+	}
+	ServeAllocation(w, &n.alloc, nodes, n.staleAfter())
+}
+
+// ServeAllocation answers /v1/allocate from a node list (shared with the
+// standalone allocator) with a's choice.
+func ServeAllocation(w http.ResponseWriter, a *allocator.Allocator, nodes []cluster.NodeInfo, staleAfter time.Duration) {
+	choice, ok := a.Choose(nodes, time.Now(), staleAfter, nil)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		api.WriteError(w, http.StatusServiceUnavailable, "unavailable", "no node available")
+		return
+	}
+	api.WriteJSON(w, http.StatusOK, map[string]string{"node": choice.ID, "url": choice.URL})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -120,21 +121,21 @@ func TestProfilerOnlyForLoopbackPeers(t *testing.T) {
 	}
 }
 
-// Failed API-key attempts are limited per client IP: after keyFailBurst
+// Failed API-key attempts are limited per client IP: after api.KeyFailBurst
 // failures the IP gets 429 with Retry-After, also with the right key;
 // another IP is not affected.
 func TestAPIKeyGuessingIsThrottledPerIP(t *testing.T) {
 	n := startNode(t, nil)
 	url := "http://" + n.addr + "/api/v1/nodes"
 	wrong := http.Header{"Authorization": {"Bearer guess"}}
-	for i := range keyFailBurst {
+	for i := range api.KeyFailBurst {
 		if got, _ := getFrom(t, "127.0.0.2", "GET", url, wrong); got != 401 {
 			t.Fatalf("failure %d: %d, want 401", i+1, got)
 		}
 	}
 	got, h := getFrom(t, "127.0.0.2", "GET", url, wrong)
 	if got != 429 || h.Get("Retry-After") == "" || h.Get("Retry-After") == "0" {
-		t.Fatalf("failure %d: %d Retry-After %q, want 429 with Retry-After", keyFailBurst+1, got, h.Get("Retry-After"))
+		t.Fatalf("failure %d: %d Retry-After %q, want 429 with Retry-After", api.KeyFailBurst+1, got, h.Get("Retry-After"))
 	}
 	if got, _ := getFrom(t, "127.0.0.2", "GET", url, withKey); got != 429 {
 		t.Errorf("right key from the throttled IP: %d, want 429 (a guess must not be told apart)", got)
@@ -209,24 +210,8 @@ func TestPublishFromIsServerSet(t *testing.T) {
 			t.Errorf("data changed: %v", m["data"])
 		}
 	}
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: protocol.TargetUser, ID: "bob"}, Event: "notice", Data: raw(`{"from":"ops"}`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: protocol.TargetUser, ID: "bob"}, Event: "notice", Data: raw(`{"from":"ops"}`)})
 	if m := bob.expect("message"); m["from"] != nil {
 		t.Errorf("API publish carries from %v, want none", m["from"])
-	}
-}
-
-// The node record's api_url points at the admin listener when there is
-// one (the autoscaler drains nodes through it).
-func TestAPIURLFollowsTheAdminListener(t *testing.T) {
-	for _, tc := range []struct{ ws, admin, want string }{
-		{"ws://10.0.0.1:8080/ws", "", "http://10.0.0.1:8080"},
-		{"wss://10.0.0.1:8443/ws", "", "https://10.0.0.1:8443"},
-		{"ws://10.0.0.1:8080/ws", ":9090", "http://10.0.0.1:9090"},
-		{"ws://10.0.0.1:8080/ws", "[::]:9090", "http://10.0.0.1:9090"},
-		{"ws://10.0.0.1:8080/ws", "192.168.1.5:9090", "http://192.168.1.5:9090"},
-	} {
-		if got := apiURL(tc.ws, tc.admin); got != tc.want {
-			t.Errorf("apiURL(%q, %q) = %q, want %q", tc.ws, tc.admin, got, tc.want)
-		}
 	}
 }

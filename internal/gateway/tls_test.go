@@ -19,6 +19,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -63,7 +64,7 @@ func TestTLSListener(t *testing.T) {
 	c.send(`{"type":"ping","ts":9}`)
 	c.expect("pong")
 	for i := 0; i < 50; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "secure"}, Event: "e", Data: raw(`{"i":1}`)})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "secure"}, Event: "e", Data: raw(`{"i":1}`)})
 	}
 	for i := 0; i < 50; i++ {
 		c.expect("message")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/testutil/chromiumtest"
 
 	"github.com/chromedp/chromedp"
@@ -86,7 +87,7 @@ func TestTLSChromiumWebSocket(t *testing.T) {
 	rand.Read(rnd)
 	pad := base64.StdEncoding.EncodeToString(rnd)
 	for i := 0; i < k; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "chrome"}, Event: "e", Data: raw(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad))})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "chrome"}, Event: "e", Data: raw(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad))})
 	}
 	waitFor("the messages", fmt.Sprintf(`count.message === %d`, k))
 	run("a ping after the rotations", chromedp.Evaluate[chromedp.Void](`sock.send(JSON.stringify({type: 'ping', ts: 2}))`))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -107,7 +108,7 @@ func TestTLSKeyUpdateOrCCSBeforeRequest(t *testing.T) {
 			for j := 0; j < 3; j++ {
 				c.send(`{"type":"ping","ts":1}`)
 				c.expect("pong")
-				pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "e", Data: raw(`1`)})
+				pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: user}, Event: "e", Data: raw(`1`)})
 				c.expect("message")
 				rc.keyUpdate(j == 1) // and after the request, on whatever path it took
 			}
@@ -134,7 +135,7 @@ func TestTLSLoopChangeCipherSpec(t *testing.T) {
 	rc.writeRaw(ccsRecord)
 	c.send(`{"type":"ping","ts":2}`)
 	c.expect("pong")
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "ccs"}, Event: "e", Data: raw(`1`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "ccs"}, Event: "e", Data: raw(`1`)})
 	c.expect("message")
 	// A malformed one ends the connection.
 	rc.writeRaw([]byte{recordCCS, 3, 3, 0, 1, 2})
@@ -209,7 +210,7 @@ func TestTLSLoopOwnKeyUpdate(t *testing.T) {
 	first := keys()
 	const k = 100
 	for i := 0; i < k; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "rot"}, Event: "e", Data: raw(fmt.Sprint(i))})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "rot"}, Event: "e", Data: raw(fmt.Sprint(i))})
 		if m := c.expect("message"); m["data"] != float64(i) {
 			t.Fatalf("message %d: %v", i, m)
 		}
@@ -242,7 +243,7 @@ func TestTLSOwnRecordsOff(t *testing.T) {
 	}
 	c.send(bigPing(20 << 10))
 	c.expect("pong")
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "std"}, Event: "e", Data: raw(`1`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "std"}, Event: "e", Data: raw(`1`)})
 	c.expect("message")
 	rc.keyUpdate(true)
 	c.send(`{"type":"ping","ts":1}`)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -147,7 +148,7 @@ func TestTLSLoopMessagesBothWays(t *testing.T) {
 		c.expect("pong")
 		c.send(bigPing(40 << 10))
 		c.expect("pong")
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: fmt.Sprint("u", i)}, Event: "e", Data: raw(`"` + big + `"`)})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: fmt.Sprint("u", i)}, Event: "e", Data: raw(`"` + big + `"`)})
 	}
 	for _, c := range cs {
 		m := c.expect("message")
@@ -156,7 +157,7 @@ func TestTLSLoopMessagesBothWays(t *testing.T) {
 		}
 	}
 	for i := 0; i < 200; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "broadcast"}, Event: "e", Data: raw(fmt.Sprint(i))})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "broadcast"}, Event: "e", Data: raw(fmt.Sprint(i))})
 	}
 	for _, c := range cs {
 		for i := 0; i < 200; i++ {
@@ -213,7 +214,7 @@ func TestTLSLoopKeyUpdate(t *testing.T) {
 		if writeSecret() == before {
 			t.Fatal("the client asked for a KeyUpdate: the node's write key did not change")
 		}
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "ku"}, Event: "e", Data: raw(`1`)})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "ku"}, Event: "e", Data: raw(`1`)})
 		c.expect("message")
 	}
 }
@@ -386,7 +387,7 @@ func TestTLSLoopTLS12FallsBack(t *testing.T) {
 	c.expect("welcome")
 	c.send(bigPing(20 << 10))
 	c.expect("pong")
-	pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "old"}, Event: "e", Data: raw(`1`)})
+	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "old"}, Event: "e", Data: raw(`1`)})
 	c.expect("message")
 	if conns := n.hub.userConns("old"); len(conns) != 1 || conns[0].tlsc == nil || conns[0].tr != nil {
 		t.Fatalf("a TLS 1.2 connection not on the goroutine path")
@@ -490,7 +491,7 @@ func TestTLSLoopIdleKeysDropped(t *testing.T) {
 		}
 		c.send(`{"type":"ping","ts":8}`)
 		c.expect("pong")
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "sleepy"}, Event: "e", Data: raw(`2`)})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "sleepy"}, Event: "e", Data: raw(`2`)})
 		c.expect("message")
 	}
 }
@@ -509,7 +510,7 @@ func TestTLSLoopBackpressure(t *testing.T) {
 	const k = 300
 	big := strings.Repeat("w", 60<<10)
 	for i := 0; i < k; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "slow"}, Event: "e", Data: raw(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, big))})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "slow"}, Event: "e", Data: raw(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, big))})
 	}
 	sc := n.hub.userConns("slow")[0]
 	eventually(t, 5*time.Second, "a short write waiting for EPOLLOUT", func() bool {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -170,7 +171,7 @@ func TestTLSOpenSSLKeyUpdateBeforeRequest(t *testing.T) {
 	s.upgrade("ossl")
 	for i := 0; i < 3; i++ {
 		s.ping(i)
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "ossl"}, Event: "e", Data: raw(fmt.Sprint(i))})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "ossl"}, Event: "e", Data: raw(fmt.Sprint(i))})
 		if m := s.frame(); m["type"] != "message" || m["data"] != float64(i) {
 			t.Fatalf("message %d: %v", i, m)
 		}
@@ -191,7 +192,7 @@ func TestTLSOpenSSLKeyUpdatesBothWays(t *testing.T) {
 	}
 	sc := n.hub.userConns("ossl2")[0]
 	for i := 0; i < 40; i++ {
-		pub(t, n, PublishRequest{Target: protocol.Target{Type: "user", ID: "ossl2"}, Event: "e", Data: raw(fmt.Sprint(i))})
+		pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "ossl2"}, Event: "e", Data: raw(fmt.Sprint(i))})
 		if m := s.frame(); m["type"] != "message" || m["data"] != float64(i) {
 			t.Fatalf("message %d: %v", i, m)
 		}

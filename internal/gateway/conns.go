@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/allocator"
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/protocol"
 )
@@ -25,37 +25,8 @@ import (
 // node by the id's prefix (in the node's record), its user by that
 // listing, and closes it as the user disconnect does (closeConns).
 
-// ConnEntry is one open connection of a node.
-type ConnEntry struct {
-	ConnID      string   `json:"conn_id"`
-	User        string   `json:"user"`
-	Device      string   `json:"device"`
-	Transport   string   `json:"transport"`
-	Rooms       []string `json:"rooms"`
-	ConnectedAt int64    `json:"connected_at"` // Unix ms
-}
-
-// ConnPage is a page of a node's connections, in connection id order;
-// Cursor, when not empty, reads the next.
-type ConnPage struct {
-	Connections []ConnEntry `json:"connections"`
-	Cursor      string      `json:"cursor,omitempty"`
-}
-
-// connQuery asks a node for a page of its connections after Cursor, or
-// for the one connection Conn.
-type connQuery struct {
-	Limit  int    `json:"limit,omitempty"`
-	Cursor string `json:"cursor,omitempty"`
-	Conn   string `json:"conn,omitempty"`
-}
-
-const (
-	connsDefault = 100
-	connsMax     = 1000
-	// connsWait bounds how long the API waits for another node's answer.
-	connsWait = 4 * time.Second
-)
+// connsWait bounds how long the API waits for another node's answer.
+const connsWait = 4 * time.Second
 
 // parseConnsCursor reads a cursor of the listing: the hex counter of the
 // last connection of the page before.
@@ -65,7 +36,7 @@ func parseConnsCursor(s string) (uint64, error) {
 	}
 	v, err := strconv.ParseUint(s, 16, 64)
 	if err != nil || len(s) > 16 {
-		return 0, badRequest("cursor %q is not one a connections listing answered", s)
+		return 0, api.BadRequest("cursor %q is not one a connections listing answered", s)
 	}
 	return v, nil
 }
@@ -86,14 +57,14 @@ func splitConnID(id string) (prefix string, seq uint64, ok bool) {
 	return id[:p], seq, err == nil
 }
 
-// localConns answers a connQuery from this node's connections.
-func (n *Node) localConns(q connQuery) ConnPage {
+// localConns answers an api.ConnQuery from this node's connections.
+func (n *Node) localConns(q api.ConnQuery) api.ConnPage {
 	after, _ := parseConnsCursor(q.Cursor)
 	var want uint64
 	if q.Conn != "" {
 		prefix, seq, ok := splitConnID(q.Conn)
 		if !ok || prefix != n.idPrefix {
-			return ConnPage{Connections: []ConnEntry{}}
+			return api.ConnPage{Connections: []api.ConnEntry{}}
 		}
 		want = seq
 	}
@@ -110,14 +81,14 @@ func (n *Node) localConns(q connQuery) ConnPage {
 		}
 	}
 	slices.SortFunc(picked, func(a, b *conn) int { return cmp.Compare(a.idSeq, b.idSeq) })
-	limit := cmp.Or(q.Limit, connsDefault)
-	page := ConnPage{Connections: make([]ConnEntry, 0, min(len(picked), limit))}
+	limit := cmp.Or(q.Limit, api.ConnsDefault)
+	page := api.ConnPage{Connections: make([]api.ConnEntry, 0, min(len(picked), limit))}
 	for i, c := range picked {
 		if i == limit {
 			page.Cursor = strconv.FormatUint(picked[i-1].idSeq, 16)
 			break
 		}
-		page.Connections = append(page.Connections, ConnEntry{ConnID: c.connID(), User: c.user, Device: c.deviceName(),
+		page.Connections = append(page.Connections, api.ConnEntry{ConnID: c.connID(), User: c.user, Device: c.deviceName(),
 			Transport: tpNames[c.tp], Rooms: n.hub.connRoomList(c), ConnectedAt: c.connectedAt})
 	}
 	return page
@@ -128,26 +99,26 @@ func (n *Node) localConns(q connQuery) ConnPage {
 func (n *Node) liveNode(ctx context.Context, id string) (cluster.NodeInfo, error) {
 	nodes, err := n.backend.Nodes(ctx)
 	if err != nil {
-		return cluster.NodeInfo{}, unavailable("nodes", err)
+		return cluster.NodeInfo{}, api.Unavailable("nodes", err)
 	}
 	for _, x := range nodes {
 		if x.ID == id && (id == n.cfg.NodeID || !allocator.Stale(x, time.Now(), n.staleAfter())) {
 			return x, nil
 		}
 	}
-	return cluster.NodeInfo{}, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no node %q in the cluster", id)}
+	return cluster.NodeInfo{}, &api.Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no node %q in the cluster", id)}
 }
 
 // NodeConns answers a page of node's connections, on whichever node.
-func (n *Node) NodeConns(ctx context.Context, node string, q connQuery) (ConnPage, error) {
+func (n *Node) NodeConns(ctx context.Context, node string, q api.ConnQuery) (api.ConnPage, error) {
 	if _, err := parseConnsCursor(q.Cursor); err != nil {
-		return ConnPage{}, err
+		return api.ConnPage{}, err
 	}
 	if node == n.cfg.NodeID {
 		return n.localConns(q), nil
 	}
 	if _, err := n.liveNode(ctx, node); err != nil {
-		return ConnPage{}, err
+		return api.ConnPage{}, err
 	}
 	body, _ := json.Marshal(q)
 	req := n.newID()
@@ -157,28 +128,28 @@ func (n *Node) NodeConns(ctx context.Context, node string, q connQuery) (ConnPag
 	raw, got, dead := awaitReply(ctx, n, node, env, ch, connsWait)
 	switch {
 	case dead:
-		return ConnPage{}, &APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("node %q left the cluster", node)}
+		return api.ConnPage{}, &api.Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("node %q left the cluster", node)}
 	case !got:
-		return ConnPage{}, &APIError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: fmt.Sprintf("node %q did not answer within %s", node, connsWait)}
+		return api.ConnPage{}, &api.Error{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: fmt.Sprintf("node %q did not answer within %s", node, connsWait)}
 	}
-	var page ConnPage
+	var page api.ConnPage
 	if err := json.Unmarshal(raw, &page); err != nil {
-		return ConnPage{}, &APIError{Status: http.StatusBadGateway, Code: "bad_answer", Message: fmt.Sprintf("node %q answered a page that is not JSON: %v", node, err)}
+		return api.ConnPage{}, &api.Error{Status: http.StatusBadGateway, Code: "bad_answer", Message: fmt.Sprintf("node %q answered a page that is not JSON: %v", node, err)}
 	}
 	if page.Connections == nil {
-		page.Connections = []ConnEntry{}
+		page.Connections = []api.ConnEntry{}
 	}
 	return page, nil
 }
 
-// onConns answers another node's connQuery (kindConns).
+// onConns answers another node's api.ConnQuery (kindConns).
 func (n *Node) onConns(e envelope, body []byte) {
 	if e.Req == "" || e.From == "" {
 		return
 	}
-	var q connQuery
-	if json.Unmarshal(body, &q) != nil || q.Limit < 0 || q.Limit > connsMax {
-		q = connQuery{Conn: "-"} // answers no connection
+	var q api.ConnQuery
+	if json.Unmarshal(body, &q) != nil || q.Limit < 0 || q.Limit > api.ConnsMax {
+		q = api.ConnQuery{Conn: "-"} // answers no connection
 	}
 	page, _ := json.Marshal(n.localConns(q))
 	n.sendAnswer(e.From, encodeEnvelope(envelope{Kind: kindConnsPage, Req: e.Req}, page))
@@ -191,20 +162,20 @@ func (n *Node) onConns(e envelope, body []byte) {
 func (n *Node) DisconnectConn(ctx context.Context, connID, reason string) (int, error) {
 	prefix, _, ok := splitConnID(connID)
 	if !ok {
-		return 0, badRequest("%q is not a connection id (the conn_id of a welcome, presence or connections listing)", connID)
+		return 0, api.BadRequest("%q is not a connection id (the conn_id of a welcome, presence or connections listing)", connID)
 	}
 	if reason == "" {
 		reason = "disconnected by the server"
 	}
 	nodes, err := n.backend.Nodes(ctx)
 	if err != nil {
-		return 0, unavailable("nodes", err)
+		return 0, api.Unavailable("nodes", err)
 	}
 	for _, x := range nodes {
 		if x.IDPrefix != prefix || (x.ID != n.cfg.NodeID && allocator.Stale(x, time.Now(), n.staleAfter())) {
 			continue
 		}
-		page, err := n.NodeConns(ctx, x.ID, connQuery{Conn: connID})
+		page, err := n.NodeConns(ctx, x.ID, api.ConnQuery{Conn: connID})
 		if err != nil {
 			return 0, err
 		}
@@ -215,33 +186,5 @@ func (n *Node) DisconnectConn(ctx context.Context, connID, reason string) (int, 
 		defer cancel()
 		return n.closeConns(wait, page.Connections[0].User, map[string][]string{x.ID: {connID}}, protocol.CloseDisconnected, reason), nil
 	}
-	return 0, &APIError{Status: http.StatusNotFound, Code: "unknown_connection", Message: fmt.Sprintf("no open connection %q in the cluster", connID)}
-}
-
-// apiConnections answers GET /api/v1/nodes/{node}/connections?limit=&cursor=.
-func (n *Node) apiConnections(w http.ResponseWriter, r *http.Request) error {
-	limit, err := queryInt(r, "limit", connsDefault, 1, connsMax)
-	if err != nil {
-		return err
-	}
-	page, err := n.NodeConns(r.Context(), r.PathValue("node"), connQuery{Limit: int(limit), Cursor: r.URL.Query().Get("cursor")})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, page)
-	return nil
-}
-
-// apiDisconnectConn answers POST /api/v1/connections/{conn}/disconnect.
-func (n *Node) apiDisconnectConn(w http.ResponseWriter, r *http.Request) error {
-	reason, err := readReason(r)
-	if err != nil {
-		return err
-	}
-	closed, err := n.DisconnectConn(r.Context(), strings.TrimSpace(r.PathValue("conn")), reason)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]int{"disconnected": closed})
-	return nil
+	return 0, &api.Error{Status: http.StatusNotFound, Code: "unknown_connection", Message: fmt.Sprintf("no open connection %q in the cluster", connID)}
 }

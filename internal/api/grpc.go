@@ -1,4 +1,4 @@
-package gateway
+package api
 
 import (
 	"context"
@@ -17,25 +17,25 @@ import (
 )
 
 // The server API as the protobuf service wsgate.v1.APIService
-// (proto/wsgate/v1/api.proto), served by connect-go: gRPC (also over
+// (proto/wsgate/v1/proto), served by connect-go: gRPC (also over
 // plain-text HTTP/2), gRPC-Web and Connect clients. Each method decodes
-// its message, calls the operation the JSON API calls (apiops.go) and
-// maps an *APIError to the code of its HTTP status.
+// its message, calls the operation the JSON API calls (the Service) and
+// maps an *Error to the code of its HTTP status.
 
 // grpcAPI implements wsgatev1connect.APIServiceHandler.
-type grpcAPI struct{ n *Node }
+type grpcAPI struct{ svc Service }
 
 var _ wsgatev1connect.APIServiceHandler = grpcAPI{}
 
 // grpcHandler is the service's path prefix and handler, with the API key
 // and (open dev API) Origin checks and the request bound of the JSON API.
-func (n *Node) grpcHandler() (string, http.Handler) {
-	path, h := wsgatev1connect.NewAPIServiceHandler(grpcAPI{n},
-		connect.WithReadMaxBytes(maxBodyBytes),
-		connect.WithInterceptors(connect.UnaryInterceptorFunc(n.grpcErrors)))
+func (h *Handler) grpcHandler() (string, http.Handler) {
+	path, svc := wsgatev1connect.NewAPIServiceHandler(grpcAPI{h.svc},
+		connect.WithReadMaxBytes(MaxBodyBytes),
+		connect.WithInterceptors(connect.UnaryInterceptorFunc(h.grpcErrors)))
 	ew := connect.NewErrorWriter()
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ae, wait := n.keyRefusal(r); ae != nil {
+		if ae, wait := h.guard.keyRefusal(r); ae != nil {
 			if wait > 0 {
 				w.Header().Set("Retry-After", strconv.Itoa(admission.RetrySecs(wait)))
 			}
@@ -45,18 +45,18 @@ func (n *Node) grpcHandler() (string, http.Handler) {
 		// The open dev API: no foreign page may call it. A browser needs
 		// a preflight (never answered) for every content type Connect
 		// and gRPC-Web take, so the Origin is the only check left.
-		if ae := n.checkOrigin(r); ae != nil {
+		if ae := h.guard.checkOrigin(r); ae != nil {
 			ew.Write(w, r, grpcError(ae))
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 4500*time.Millisecond)
 		defer cancel()
-		h.ServeHTTP(w, r.WithContext(ctx))
+		svc.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // grpcErrors turns the operations' errors into Connect errors.
-func (n *Node) grpcErrors(next connect.UnaryFunc) connect.UnaryFunc {
+func (h *Handler) grpcErrors(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		res, err := next(ctx, req)
 		if err == nil {
@@ -66,12 +66,12 @@ func (n *Node) grpcErrors(next connect.UnaryFunc) connect.UnaryFunc {
 		if errors.As(err, &ce) {
 			return nil, err // from connect itself (decoding, size)
 		}
-		var ae *APIError
+		var ae *Error
 		if !errors.As(err, &ae) {
-			ae = unavailable("request", err)
+			ae = Unavailable("request", err)
 		}
 		if ae.Status >= 500 {
-			n.log.Warn("API request failed", "procedure", req.Spec().Procedure, "err", ae.Message)
+			h.log.Warn("API request failed", "procedure", req.Spec().Procedure, "err", ae.Message)
 		}
 		return nil, grpcError(ae)
 	}
@@ -79,7 +79,7 @@ func (n *Node) grpcErrors(next connect.UnaryFunc) connect.UnaryFunc {
 
 // grpcError is the Connect error of an API error: the code of its HTTP
 // status, the JSON API's code in the wsgate-error-code metadata.
-func grpcError(ae *APIError) *connect.Error {
+func grpcError(ae *Error) *connect.Error {
 	code := connect.CodeInternal
 	switch ae.Status {
 	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
@@ -106,7 +106,7 @@ func grpcError(ae *APIError) *connect.Error {
 // the trace context of the call's metadata.
 func publishRequest(m *wsgatev1.PublishRequest, header http.Header) (PublishRequest, error) {
 	if m.GetTarget() == nil {
-		return PublishRequest{}, badRequest("target is required: {\"type\":\"user|room|broadcast\",\"id\":\"...\"}")
+		return PublishRequest{}, BadRequest("target is required: {\"type\":\"user|room|broadcast\",\"id\":\"...\"}")
 	}
 	r := PublishRequest{
 		Target:         protocol.Target{Type: m.GetTarget().GetType(), ID: m.GetTarget().GetId()},
@@ -119,7 +119,7 @@ func publishRequest(m *wsgatev1.PublishRequest, header http.Header) (PublishRequ
 	}
 	if d := m.GetData(); d != "" {
 		if !json.Valid([]byte(d)) {
-			return r, badRequest("data must be JSON text")
+			return r, BadRequest("data must be JSON text")
 		}
 		r.Data = json.RawMessage(d)
 	}
@@ -135,7 +135,7 @@ func (g grpcAPI) Publish(ctx context.Context, req *connect.Request[wsgatev1.Publ
 	if err != nil {
 		return nil, err
 	}
-	res, err := g.n.Publish(ctx, r)
+	res, err := g.svc.Publish(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (g grpcAPI) Publish(ctx context.Context, req *connect.Request[wsgatev1.Publ
 
 func (g grpcAPI) PublishBatch(ctx context.Context, req *connect.Request[wsgatev1.PublishBatchRequest]) (*connect.Response[wsgatev1.PublishBatchResponse], error) {
 	msgs := req.Msg.GetMessages()
-	if err := checkBatchSize(len(msgs)); err != nil {
+	if err := CheckBatchSize(len(msgs)); err != nil {
 		return nil, err
 	}
 	reqs := make([]PublishRequest, len(msgs))
@@ -153,7 +153,7 @@ func (g grpcAPI) PublishBatch(ctx context.Context, req *connect.Request[wsgatev1
 		reqs[i], errs[i] = publishRequest(m, req.Header())
 	}
 	out := &wsgatev1.PublishBatchResponse{Results: make([]*wsgatev1.PublishBatchResult, 0, len(msgs))}
-	for _, r := range g.n.PublishBatch(ctx, reqs, errs) {
+	for _, r := range g.svc.PublishBatch(ctx, reqs, errs) {
 		res := &wsgatev1.PublishBatchResult{}
 		switch r := r.(type) {
 		case PublishResult:
@@ -167,21 +167,21 @@ func (g grpcAPI) PublishBatch(ctx context.Context, req *connect.Request[wsgatev1
 }
 
 func (g grpcAPI) AddMember(ctx context.Context, req *connect.Request[wsgatev1.AddMemberRequest]) (*connect.Response[wsgatev1.AddMemberResponse], error) {
-	if err := g.n.JoinRoom(ctx, req.Msg.GetRoom(), req.Msg.GetUser()); err != nil {
+	if err := g.svc.JoinRoom(ctx, req.Msg.GetRoom(), req.Msg.GetUser()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&wsgatev1.AddMemberResponse{}), nil
 }
 
 func (g grpcAPI) RemoveMember(ctx context.Context, req *connect.Request[wsgatev1.RemoveMemberRequest]) (*connect.Response[wsgatev1.RemoveMemberResponse], error) {
-	if err := g.n.LeaveRoom(ctx, req.Msg.GetRoom(), req.Msg.GetUser()); err != nil {
+	if err := g.svc.LeaveRoom(ctx, req.Msg.GetRoom(), req.Msg.GetUser()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&wsgatev1.RemoveMemberResponse{}), nil
 }
 
 func (g grpcAPI) ListMembers(ctx context.Context, req *connect.Request[wsgatev1.ListMembersRequest]) (*connect.Response[wsgatev1.ListMembersResponse], error) {
-	members, err := g.n.RoomMembers(ctx, req.Msg.GetRoom())
+	members, err := g.svc.RoomMembers(ctx, req.Msg.GetRoom())
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +190,7 @@ func (g grpcAPI) ListMembers(ctx context.Context, req *connect.Request[wsgatev1.
 
 func (g grpcAPI) GetHistory(ctx context.Context, req *connect.Request[wsgatev1.GetHistoryRequest]) (*connect.Response[wsgatev1.GetHistoryResponse], error) {
 	q := HistoryQuery{Since: req.Msg.GetSince(), Before: req.Msg.GetBefore(), Limit: int(req.Msg.GetLimit()), Reverse: req.Msg.GetReverse()}
-	top, msgs, err := g.n.HistoryPage(ctx, req.Msg.GetRoom(), q)
+	top, msgs, err := g.svc.HistoryPage(ctx, req.Msg.GetRoom(), q)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func (g grpcAPI) GetHistory(ctx context.Context, req *connect.Request[wsgatev1.G
 }
 
 func (g grpcAPI) GetPresence(ctx context.Context, req *connect.Request[wsgatev1.GetPresenceRequest]) (*connect.Response[wsgatev1.GetPresenceResponse], error) {
-	conns, err := g.n.Presence(ctx, req.Msg.GetUser())
+	conns, err := g.svc.Presence(ctx, req.Msg.GetUser())
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +214,7 @@ func (g grpcAPI) GetPresence(ctx context.Context, req *connect.Request[wsgatev1.
 }
 
 func (g grpcAPI) Disconnect(ctx context.Context, req *connect.Request[wsgatev1.DisconnectRequest]) (*connect.Response[wsgatev1.DisconnectResponse], error) {
-	closed, err := g.n.DisconnectUser(ctx, req.Msg.GetUser(), req.Msg.GetReason())
+	closed, err := g.svc.DisconnectUser(ctx, req.Msg.GetUser(), req.Msg.GetReason())
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +222,7 @@ func (g grpcAPI) Disconnect(ctx context.Context, req *connect.Request[wsgatev1.D
 }
 
 func (g grpcAPI) ListNodes(ctx context.Context, req *connect.Request[wsgatev1.ListNodesRequest]) (*connect.Response[wsgatev1.ListNodesResponse], error) {
-	nodes, err := g.n.ListNodes(ctx)
+	nodes, err := g.svc.ListNodes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +235,7 @@ func (g grpcAPI) ListNodes(ctx context.Context, req *connect.Request[wsgatev1.Li
 }
 
 func (g grpcAPI) ListRooms(ctx context.Context, req *connect.Request[wsgatev1.ListRoomsRequest]) (*connect.Response[wsgatev1.ListRoomsResponse], error) {
-	list, err := g.n.ListRooms(ctx, req.Msg.GetPrefix(), req.Msg.GetCursor(), int(req.Msg.GetLimit()))
+	list, err := g.svc.ListRooms(ctx, req.Msg.GetPrefix(), req.Msg.GetCursor(), int(req.Msg.GetLimit()))
 	if err != nil {
 		return nil, err
 	}
@@ -252,11 +252,11 @@ func (g grpcAPI) GetRoomPresence(ctx context.Context, req *connect.Request[wsgat
 	case req.Msg.GetCountsOnly():
 		limit = 0
 	case limit == 0:
-		limit = presenceReadDefault
-	case limit < 0 || limit > maxPresenceRead:
-		return nil, badRequest("limit must be 1 to %d, got %d", maxPresenceRead, limit)
+		limit = PresenceReadDefault
+	case limit < 0 || limit > MaxPresenceRead:
+		return nil, BadRequest("limit must be 1 to %d, got %d", MaxPresenceRead, limit)
 	}
-	p, err := g.n.ReadRoomPresence(ctx, req.Msg.GetRoom(), req.Msg.GetCursor(), limit)
+	p, err := g.svc.ReadRoomPresence(ctx, req.Msg.GetRoom(), req.Msg.GetCursor(), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (g grpcAPI) GetRoomPresence(ctx context.Context, req *connect.Request[wsgat
 
 func (g grpcAPI) DrainNode(ctx context.Context, req *connect.Request[wsgatev1.DrainNodeRequest]) (*connect.Response[wsgatev1.DrainNodeResponse], error) {
 	id := req.Msg.GetNode()
-	if err := g.n.DrainNode(ctx, id); err != nil {
+	if err := g.svc.DrainNode(ctx, id); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&wsgatev1.DrainNodeResponse{Node: id, Status: "draining"}), nil

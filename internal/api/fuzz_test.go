@@ -1,4 +1,4 @@
-package gateway
+package api
 
 import (
 	"bytes"
@@ -20,19 +20,19 @@ func FuzzAPIBodies(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if _, err := decodePublish(b); err != nil {
-			var ae *APIError
+		if _, err := DecodePublish(b); err != nil {
+			var ae *Error
 			if !errors.As(err, &ae) || ae.Status != 400 || ae.Message == "" {
 				t.Fatalf("publish body refused without a 400 and a message: %#v", err)
 			}
 		}
-		if _, err := decodeBatchMessage(b); err != nil {
-			var ae *APIError
+		if _, err := DecodeBatchMessage(b); err != nil {
+			var ae *Error
 			if !errors.As(err, &ae) || ae.Status != 400 || ae.Message == "" {
 				t.Fatalf("batch message refused without a 400 and a message: %#v", err)
 			}
 		}
-		msgs, ok := scanBatch(b)
+		msgs, ok := ScanBatch(b)
 		if !ok {
 			return
 		}
@@ -43,7 +43,7 @@ func FuzzAPIBodies(f *testing.F) {
 			t.Fatalf("scanBatch accepted %q, encoding/json refuses it: %v", b, err)
 		}
 		if len(msgs) != len(want.Messages) {
-			t.Fatalf("%q: scanBatch %d messages, encoding/json %d", b, len(msgs), len(want.Messages))
+			t.Fatalf("%q: ScanBatch %d messages, encoding/json %d", b, len(msgs), len(want.Messages))
 		}
 		for i := range msgs {
 			if !bytes.Equal(bytes.TrimSpace(msgs[i]), bytes.TrimSpace(want.Messages[i])) {

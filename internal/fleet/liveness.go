@@ -1,4 +1,4 @@
-package gateway
+package fleet
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/wsgate/wsgate/internal/cluster"
 )
 
-// liveBackend is the cluster backend as the node uses it: every route it
+// Liveness is the cluster backend as a node uses it: every route it
 // answers (UserRoutes, UsersRoutes, the routes of an inbox append) leaves
 // out the routes of dead nodes, so that presence, publish's online, the
 // per-user connection limit and the single device policy never count a
@@ -21,9 +21,9 @@ import (
 // when a route of a node that looks dead is seen): a verdict of "dead"
 // from a list older than one heartbeat interval is not trusted; the route
 // counts this time and the list is read again, at most once per interval.
-type liveBackend struct {
+type Liveness struct {
 	cluster.Backend
-	n *Node
+	o LivenessOptions
 
 	mu         sync.Mutex
 	read       time.Time        // when the node list was read (zero: never)
@@ -32,37 +32,65 @@ type liveBackend struct {
 	refreshing bool
 }
 
+// LivenessOptions configure a Liveness.
+type LivenessOptions struct {
+	Self     string        // this node's id: its own routes always count
+	Interval time.Duration // WSGATE_HEARTBEAT_INTERVAL
+	RouteTTL time.Duration // WSGATE_ROUTE_TTL
+	// Remove queues the removal of a route of a node gone for good.
+	Remove func(cluster.Route)
+	// Go runs a read of the node list in the background (false: the
+	// node is shutting down, f was not started); Ctx bounds it.
+	Go  func(f func()) bool
+	Ctx context.Context
+}
+
+// NewLiveness is b with the routes of dead nodes left out.
+func NewLiveness(b cluster.Backend, o LivenessOptions) *Liveness {
+	return &Liveness{Backend: b, o: o}
+}
+
+// StaleAfter is when a node whose heartbeat stopped is skipped by the
+// allocator and left out of the node list, and its routes stop counting.
+func StaleAfter(interval time.Duration) time.Duration { return 3 * interval }
+
+// GoneAfter is when a node whose heartbeat stopped is gone for good: its
+// record, room interest and routes are removed.
+func GoneAfter(interval, routeTTL time.Duration) time.Duration {
+	return max(routeTTL, 10*interval)
+}
+
 // UserRoutes implements cluster.Backend.
-func (l *liveBackend) UserRoutes(ctx context.Context, user string) ([]cluster.Route, error) {
+func (l *Liveness) UserRoutes(ctx context.Context, user string) ([]cluster.Route, error) {
 	routes, err := l.Backend.UserRoutes(ctx, user)
-	return l.live(routes), err
+	return l.Live(routes), err
 }
 
 // UsersRoutes implements cluster.Backend.
-func (l *liveBackend) UsersRoutes(ctx context.Context, users []string) ([][]cluster.Route, error) {
+func (l *Liveness) UsersRoutes(ctx context.Context, users []string) ([][]cluster.Route, error) {
 	all, err := l.Backend.UsersRoutes(ctx, users)
 	for i := range all {
-		all[i] = l.live(all[i])
+		all[i] = l.Live(all[i])
 	}
 	return all, err
 }
 
-// allUserRoutes and allUsersRoutes are the routes without the liveness
+// AllUserRoutes and AllUsersRoutes are the routes without the liveness
 // filter: a message goes to every route's node (a node that is only late
 // with its heartbeat, after a Redis blip, still gets it; a dead node's
 // channel has no listener), while what counts (online, presence, limits)
 // is the live ones. The routes of an inbox append are unfiltered too.
-func (l *liveBackend) allUserRoutes(ctx context.Context, user string) ([]cluster.Route, error) {
+func (l *Liveness) AllUserRoutes(ctx context.Context, user string) ([]cluster.Route, error) {
 	return l.Backend.UserRoutes(ctx, user)
 }
 
-func (l *liveBackend) allUsersRoutes(ctx context.Context, users []string) ([][]cluster.Route, error) {
+func (l *Liveness) AllUsersRoutes(ctx context.Context, users []string) ([][]cluster.Route, error) {
 	return l.Backend.UsersRoutes(ctx, users)
 }
 
 // Connect implements cluster.Backend: the connection limit does not count
 // routes of the nodes known dead.
-func (l *liveBackend) Connect(ctx context.Context, route cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions, lim cluster.ConnLimit) (cluster.ConnectResult, error) {
+func (l *Liveness) Connect(ctx context.Context, route cluster.Route, ttl time.Duration, since int64, opt cluster.InboxOptions, lim cluster.ConnLimit) (cluster.ConnectResult, error) {
 	if lim.Max > 0 {
 		lim.IgnoreNodes = append(lim.IgnoreNodes, l.deadNodes()...)
 	}
@@ -71,17 +99,17 @@ func (l *liveBackend) Connect(ctx context.Context, route cluster.Route, ttl time
 
 // deadNodes lists the nodes of the last node list whose heartbeat is
 // older than three intervals (when that list is recent enough to trust).
-func (l *liveBackend) deadNodes() []string {
+func (l *Liveness) deadNodes() []string {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
 	for id, hb := range l.beats {
-		if id != l.n.cfg.NodeID && now.UnixMilli()-hb > l.n.staleAfter().Milliseconds() {
+		if id != l.o.Self && now.UnixMilli()-hb > StaleAfter(l.o.Interval).Milliseconds() {
 			out = append(out, id)
 		}
 	}
-	if len(out) > 0 && now.Sub(l.read) >= l.n.cfg.HeartbeatInterval {
+	if len(out) > 0 && now.Sub(l.read) >= l.o.Interval {
 		// Not to be trusted: count them this time, and read the list.
 		l.refreshLocked(now)
 		return nil
@@ -90,7 +118,7 @@ func (l *liveBackend) deadNodes() []string {
 }
 
 // Nodes implements cluster.Backend, and keeps the list for judging routes.
-func (l *liveBackend) Nodes(ctx context.Context) ([]cluster.NodeInfo, error) {
+func (l *Liveness) Nodes(ctx context.Context) ([]cluster.NodeInfo, error) {
 	start := time.Now()
 	nodes, err := l.Backend.Nodes(ctx)
 	if err == nil {
@@ -105,14 +133,14 @@ func (l *liveBackend) Nodes(ctx context.Context) ([]cluster.NodeInfo, error) {
 	return nodes, err
 }
 
-// live returns routes without those of dead nodes, and queues the removal
-// of the routes it leaves out.
-func (l *liveBackend) live(routes []cluster.Route) []cluster.Route {
+// Live returns routes without those of dead nodes, and queues the removal
+// of the routes it leaves out (those of nodes gone for good).
+func (l *Liveness) Live(routes []cluster.Route) []cluster.Route {
 	var out []cluster.Route
 	for i, r := range routes {
 		dead, gone := l.dead(r)
 		if gone {
-			l.n.removeRoute(r)
+			l.o.Remove(r)
 		}
 		if !dead {
 			if out != nil {
@@ -137,19 +165,19 @@ func (l *liveBackend) live(routes []cluster.Route) []cluster.Route {
 // was made. A node whose heartbeat is only a few intervals late (every
 // node's is, just after a Redis restart) does not count meanwhile, but
 // keeps its routes: it is probably coming back.
-func (l *liveBackend) dead(r cluster.Route) (dead, gone bool) {
-	if r.Node == l.n.cfg.NodeID {
+func (l *Liveness) dead(r cluster.Route) (dead, gone bool) {
+	if r.Node == l.o.Self {
 		return false, false
 	}
-	interval := l.n.cfg.HeartbeatInterval
+	interval := l.o.Interval
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	hb, known := l.beats[r.Node]
 	if known {
 		age := now.UnixMilli() - hb
-		dead = age > l.n.staleAfter().Milliseconds()
-		gone = age > l.n.goneAfter().Milliseconds()
+		dead = age > StaleAfter(l.o.Interval).Milliseconds()
+		gone = age > GoneAfter(l.o.Interval, l.o.RouteTTL).Milliseconds()
 	} else {
 		// Absent from a list read after the route was made: a node
 		// registers before it takes connections, so the node is gone.
@@ -165,15 +193,15 @@ func (l *liveBackend) dead(r cluster.Route) (dead, gone bool) {
 
 // refreshLocked reads the node list again in the background, at most once
 // per interval.
-func (l *liveBackend) refreshLocked(now time.Time) {
-	if !l.refreshing && now.Sub(l.tried) >= l.n.cfg.HeartbeatInterval {
+func (l *Liveness) refreshLocked(now time.Time) {
+	if !l.refreshing && now.Sub(l.tried) >= l.o.Interval {
 		l.refreshing, l.tried = true, now
-		l.n.goFunc(l.refresh)
+		l.o.Go(l.refresh)
 	}
 }
 
-func (l *liveBackend) refresh() {
-	ctx, cancel := context.WithTimeout(l.n.ctx, 2*time.Second)
+func (l *Liveness) refresh() {
+	ctx, cancel := context.WithTimeout(l.o.Ctx, 2*time.Second)
 	defer cancel()
 	_, _ = l.Nodes(ctx)
 	l.mu.Lock()

@@ -10,54 +10,26 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/allocator"
+	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/protocol"
 )
 
-// The operations of the server API, shared by its transports: the JSON
-// handlers (api.go) and the gRPC/Connect service (grpc.go) decode their
-// request, call one of these and encode the answer or the *APIError.
+// The operations of the server API: the node is the api.Service that the
+// JSON handlers and the gRPC/Connect service of internal/api call (they
+// decode the request, call one of these and encode the answer or the
+// *api.Error). The rest are in publish.go, publish_batch.go, rooms.go,
+// history.go, presence_read.go, conns.go and stats.go.
 
-// PresenceConn is one live connection of a user.
-type PresenceConn struct {
-	ConnID      string `json:"conn_id"`
-	Node        string `json:"node"`
-	ConnectedAt int64  `json:"connected_at"`
-	Device      string `json:"device"`
-	// Info is the token's info claim (contract 3), absent when it had none.
-	Info json.RawMessage `json:"info,omitempty"`
-}
-
-// NodeEntry is one live node as the API lists it.
-type NodeEntry struct {
-	ID             string  `json:"id"`
-	URL            string  `json:"url"`
-	Status         string  `json:"status"`
-	Connections    int     `json:"connections"`
-	Weight         int     `json:"weight"`
-	HeartbeatAgeMS int64   `json:"heartbeat_age_ms"`
-	StartedAt      int64   `json:"started_at"`
-	Version        string  `json:"version"`
-	Load           float64 `json:"load"`
-}
-
-const maxBatch = 1000
-
-// checkBatchSize bounds a batch to maxBatch messages.
-func checkBatchSize(n int) error {
-	if n > maxBatch {
-		return badRequest("at most %d messages per batch, got %d", maxBatch, n)
-	}
-	return nil
-}
+var _ api.Service = (*Node)(nil)
 
 // RoomMembers lists a room's members (never nil).
 func (n *Node) RoomMembers(ctx context.Context, room string) ([]string, error) {
 	if err := protocol.ValidName("room", room); err != nil {
-		return nil, badRequest("%v", err)
+		return nil, api.BadRequest("%v", err)
 	}
 	members, err := n.backend.RoomMembers(ctx, room)
 	if err != nil {
-		return nil, unavailable("room members", err)
+		return nil, api.Unavailable("room members", err)
 	}
 	if members == nil {
 		members = []string{}
@@ -66,17 +38,17 @@ func (n *Node) RoomMembers(ctx context.Context, room string) ([]string, error) {
 }
 
 // Presence lists a user's live connections in the cluster (never nil).
-func (n *Node) Presence(ctx context.Context, user string) ([]PresenceConn, error) {
+func (n *Node) Presence(ctx context.Context, user string) ([]api.PresenceConn, error) {
 	if err := protocol.ValidName("user", user); err != nil {
-		return nil, badRequest("%v", err)
+		return nil, api.BadRequest("%v", err)
 	}
 	routes, err := n.backend.UserRoutes(ctx, user)
 	if err != nil {
-		return nil, unavailable("routes", err)
+		return nil, api.Unavailable("routes", err)
 	}
-	conns := make([]PresenceConn, 0, len(routes))
+	conns := make([]api.PresenceConn, 0, len(routes))
 	for _, rt := range routes {
-		conns = append(conns, PresenceConn{ConnID: rt.ConnID, Node: rt.Node, ConnectedAt: rt.ConnectedAt, Device: cmp.Or(rt.Device, protocol.DefaultDevice), Info: rawOrNil(rt.Info)})
+		conns = append(conns, api.PresenceConn{ConnID: rt.ConnID, Node: rt.Node, ConnectedAt: rt.ConnectedAt, Device: cmp.Or(rt.Device, protocol.DefaultDevice), Info: rawOrNil(rt.Info)})
 	}
 	return conns, nil
 }
@@ -86,14 +58,14 @@ func (n *Node) Presence(ctx context.Context, user string) ([]PresenceConn, error
 // 4 s (their nodes go on being asked afterwards, see closeConns).
 func (n *Node) DisconnectUser(ctx context.Context, user, reason string) (int, error) {
 	if err := protocol.ValidName("user", user); err != nil {
-		return 0, badRequest("%v", err)
+		return 0, api.BadRequest("%v", err)
 	}
 	if reason == "" {
 		reason = "disconnected by the server"
 	}
 	routes, err := n.backend.UserRoutes(ctx, user)
 	if err != nil {
-		return 0, unavailable("routes", err)
+		return 0, api.Unavailable("routes", err)
 	}
 	byNode := map[string][]string{}
 	for _, rt := range routes {
@@ -105,18 +77,18 @@ func (n *Node) DisconnectUser(ctx context.Context, user, reason string) (int, er
 }
 
 // ListNodes lists the live nodes of the cluster (this one always).
-func (n *Node) ListNodes(ctx context.Context) ([]NodeEntry, error) {
+func (n *Node) ListNodes(ctx context.Context) ([]api.NodeEntry, error) {
 	nodes, err := n.backend.Nodes(ctx)
 	if err != nil {
-		return nil, unavailable("nodes", err)
+		return nil, api.Unavailable("nodes", err)
 	}
 	now := time.Now()
-	out := make([]NodeEntry, 0, len(nodes))
+	out := make([]api.NodeEntry, 0, len(nodes))
 	for _, x := range nodes {
 		if x.ID != n.cfg.NodeID && allocator.Stale(x, now, n.staleAfter()) {
 			continue // dead: no heartbeat for three periods
 		}
-		out = append(out, NodeEntry{ID: x.ID, URL: x.URL, Status: string(x.Status), Connections: x.Connections, Weight: x.Weight,
+		out = append(out, api.NodeEntry{ID: x.ID, URL: x.URL, Status: string(x.Status), Connections: x.Connections, Weight: x.Weight,
 			HeartbeatAgeMS: max(0, now.UnixMilli()-x.Heartbeat), StartedAt: x.StartedAt, Version: x.Version, Load: x.Load})
 	}
 	return out, nil
@@ -132,7 +104,7 @@ func (n *Node) DrainNode(ctx context.Context, id string) error {
 	}
 	nodes, err := n.backend.Nodes(ctx)
 	if err != nil {
-		return unavailable("nodes", err)
+		return api.Unavailable("nodes", err)
 	}
 	found := false
 	for _, x := range nodes {
@@ -141,7 +113,7 @@ func (n *Node) DrainNode(ctx context.Context, id string) error {
 		}
 	}
 	if !found {
-		return &APIError{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no node %q in the cluster", id)}
+		return &api.Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("no node %q in the cluster", id)}
 	}
 	// The request is sent until the node answers or says draining (or is
 	// dead); the answer waits for that at most the request's time.
@@ -150,7 +122,7 @@ func (n *Node) DrainNode(ctx context.Context, id string) error {
 		defer close(asked)
 		n.ask(n.ctx, id, envelope{Kind: kindDrain}, n.drainNeeded(id))
 	}) {
-		return unavailable("drain", errors.New("node shutting down"))
+		return api.Unavailable("drain", errors.New("node shutting down"))
 	}
 	select {
 	case <-asked:
