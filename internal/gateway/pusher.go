@@ -225,8 +225,11 @@ func (c *conn) sendPusher(b []byte) { c.send(wsframe.Frame(wsframe.OpText, b)) }
 
 func (c *conn) sendPusherLocked(b []byte) { c.sendLocked(wsframe.Frame(wsframe.OpText, b)) }
 
+// pusherPong answers pusher:ping.
+var pusherPong = protocol.EncodePusher(protocol.PusherPong, "", "{}", "")
+
 // pusherMessage takes one client frame of a Pusher connection (on its
-// reader): pusher:ping is answered at once, the rest goes to the
+// reader): pusher:ping is answered at once when nothing waits, the rest goes to the
 // connection's inbound queue, in order. A frame that does not parse gets
 // pusher:error and counts toward the refused frames' limit.
 func (c *conn) pusherMessage(payload []byte) bool {
@@ -237,8 +240,16 @@ func (c *conn) pusherMessage(payload []byte) bool {
 	}
 	c.n.metrics.ClientFrames.WithLabelValues(pusherFrameLabel(f.Event)).Inc()
 	if f.Event == protocol.PusherPing {
-		c.sendPusher(protocol.EncodePusher(protocol.PusherPong, "", "{}", ""))
-		return true
+		// At once, unless frames sent before it are still waiting: its
+		// pong must not overtake their answers (a client that reads the
+		// pong as "all I sent is done", an unsubscribe for one).
+		c.mu.Lock()
+		idle := !c.running && (c.x == nil || len(c.x.inq) == 0)
+		c.mu.Unlock()
+		if idle {
+			c.sendPusher(pusherPong)
+			return true
+		}
 	}
 	cf := &protocol.ClientFrame{Type: f.Event, Room: f.Channel, Data: append(json.RawMessage(nil), f.Data...)}
 	c.mu.Lock()

@@ -53,6 +53,8 @@ func (c *conn) pusherHandle(ctx context.Context, cf *protocol.ClientFrame) {
 	case cf.Type == protocol.PusherUnsubscribe:
 		c.pusherUnsubscribe(cf)
 	case cf.Type == protocol.PusherPong:
+	case cf.Type == protocol.PusherPing: // behind other frames (pusherMessage)
+		c.sendPusher(pusherPong)
 	case strings.HasPrefix(cf.Type, "client-"):
 		c.pusherClientEvent(ctx, cf)
 	default:

@@ -22,6 +22,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/wsgate/wsgate/internal/api"
+	"github.com/wsgate/wsgate/internal/cluster"
 	"github.com/wsgate/wsgate/internal/config"
 	"github.com/wsgate/wsgate/internal/testutil/redistest"
 	"github.com/wsgate/wsgate/protocol"
@@ -527,5 +528,41 @@ func TestPusherDrainCloseCode(t *testing.T) {
 	}
 	if code := w.waitClosed(10 * time.Second); code != protocol.CloseDraining {
 		t.Fatalf("a drained wsgate connection closed with %d, want %d", code, protocol.CloseDraining)
+	}
+}
+
+// A ping sent behind other frames is answered behind them: subscribe and
+// ping in one write (the subscribe waits for the backend on the
+// connection's inbound queue) come back as subscription_succeeded, then
+// pong. Answered at once, the pong overtook the subscribe's answer.
+func TestPusherPingAnsweredInOrder(t *testing.T) {
+	n := startNodeWith(t, cluster.NewMemory(), withPusher)
+	p := n.pusher(t)
+	var buf bytes.Buffer
+	for _, v := range []map[string]any{
+		{"event": protocol.PusherSubscribe, "data": map[string]any{"channel": "ordered"}},
+		{"event": protocol.PusherPing, "data": map[string]any{}},
+	} {
+		b, _ := json.Marshal(v)
+		f := ws.MaskFrameInPlace(ws.NewTextFrame(b))
+		if err := ws.WriteFrame(&buf, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.wmu.Lock()
+	_, err := p.conn.Write(buf.Bytes())
+	p.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []any
+	for len(order) < 2 {
+		f := p.next(5 * time.Second)
+		if e := f["event"]; e == protocol.PusherSubscriptionSucceeded || e == protocol.PusherPong {
+			order = append(order, e)
+		}
+	}
+	if order[0] != protocol.PusherSubscriptionSucceeded {
+		t.Fatalf("answers in the order %v, want the subscribe's before the pong", order)
 	}
 }
