@@ -535,6 +535,7 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 		// Its close frame may wait long for the socket: the connection
 		// leaves presence, routes and wsgate_connections now (contract
 		// 22); teardown's own forget then finds nothing left to do.
+		c.n.events.endedLocked(c)
 		go c.n.forget(c)
 	}
 	c.logger().Info("closing connection", "code", code, "reason", reason)
@@ -573,6 +574,7 @@ func (c *conn) teardownLocked(why string) {
 	c.sess.Close() // queued acks (inq) still run: see runInbound
 	c.wakeCatchUpLocked()
 	c.logger().Debug("connection ended", "why", why)
+	c.n.events.endedLocked(c)
 	// Everything else outside the lock, off this goroutine.
 	go c.n.forget(c)
 }

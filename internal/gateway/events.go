@@ -141,20 +141,23 @@ func (e *events) openedLocked(c *conn, ip string, info json.RawMessage) {
 	e.queue(lifeJob{up: true, route: route, device: c.deviceName(), connect: connect})
 }
 
-// ended reports the end of a connection whose opening was reported
-// (exactly once: forget runs once per connection).
-func (e *events) ended(c *conn) {
-	c.mu.Lock()
+// endedLocked reports the end of a connection whose opening was reported
+// (once), under c.mu: at its close when it leaves early (a slow
+// consumer, contract 22), else at its teardown. Queued there, not by the
+// forget that follows on another goroutine, the record is in the queue
+// that Shutdown's stop waits for: a connection Shutdown cuts has its
+// disconnect reported before Shutdown returns.
+func (e *events) endedLocked(c *conn) {
+	if e == nil {
+		return
+	}
 	x := c.x
 	if x == nil || !x.lifeUp {
-		c.mu.Unlock()
 		return
 	}
 	x.lifeUp = false
-	j := lifeJob{route: cluster.Route{User: c.user, ConnID: c.connID(), Node: e.n.cfg.NodeID, ConnectedAt: c.connectedAt},
-		device: c.deviceName(), code: x.closeCode, reason: x.closeReason}
-	c.mu.Unlock()
-	e.queue(j)
+	e.queue(lifeJob{route: cluster.Route{User: c.user, ConnID: c.connID(), Node: e.n.cfg.NodeID, ConnectedAt: c.connectedAt},
+		device: c.deviceName(), code: x.closeCode, reason: x.closeReason})
 }
 
 func (e *events) queue(j lifeJob) {

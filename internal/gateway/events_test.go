@@ -375,3 +375,27 @@ func TestEventsSinkOutage(t *testing.T) {
 		t.Fatalf("dropped %v", d)
 	}
 }
+
+// Shutdown reports the disconnect of every connection it ends, also of
+// clients that never answer its close frame (cut after a second, by the
+// teardown loop): every record is in the sink when Shutdown returns.
+func TestEventsShutdownReportsEveryDisconnect(t *testing.T) {
+	sink := newRecordSink()
+	n := startNodeWith(t, cluster.NewMemory(), withEvents("connect", "disconnect"), enable(t, sink))
+	const conns = 100
+	for i := range conns {
+		// No reader: the close frame is never answered.
+		n.dial(t, "", http.Header{"Authorization": {"Bearer " + token(t, fmt.Sprint("mute", i), nil)}}, false)
+	}
+	sink.wait(t, "every connect", func(r []upstream.Record) bool { return count(r, "connect", "") == conns })
+	n.stop()
+	recs := sink.of("disconnect")
+	if len(recs) != conns {
+		t.Fatalf("%d disconnect records after Shutdown, want %d", len(recs), conns)
+	}
+	for _, r := range recs {
+		if r.Code != 1001 && r.Code != closeAbnormal {
+			t.Fatalf("disconnect record %+v: want the shutdown's 1001 (or abnormal, cut)", r)
+		}
+	}
+}

@@ -373,9 +373,6 @@ func (n *Node) replaceOthers(ctx context.Context, c *conn) {
 // forget removes an ended connection from the hub, the cluster and the
 // limits. Runs once per connection, off the lock.
 func (n *Node) forget(c *conn) {
-	if n.events != nil {
-		n.events.ended(c) // before the hub lets Shutdown go on
-	}
 	n.presenceClose(c) // before the hub forgets c: a change racing the close finds it closed
 	emptied, found := n.hub.remove(c)
 	if !found {
