@@ -381,7 +381,7 @@ func TestEventsSinkOutage(t *testing.T) {
 // teardown loop): every record is in the sink when Shutdown returns.
 func TestEventsShutdownReportsEveryDisconnect(t *testing.T) {
 	sink := newRecordSink()
-	n := startNodeWith(t, cluster.NewMemory(), withEvents("connect", "disconnect"), enable(t, sink))
+	n := startNodeWith(t, cluster.NewMemory(), withEvents("connect", "disconnect", "online", "offline"), enable(t, sink))
 	const conns = 100
 	for i := range conns {
 		// No reader: the close frame is never answered.
@@ -392,6 +392,9 @@ func TestEventsShutdownReportsEveryDisconnect(t *testing.T) {
 	recs := sink.of("disconnect")
 	if len(recs) != conns {
 		t.Fatalf("%d disconnect records after Shutdown, want %d", len(recs), conns)
+	}
+	if off := len(sink.of("offline")); off != conns {
+		t.Fatalf("%d offline records after Shutdown, want %d (one user per connection)", off, conns)
 	}
 	for _, r := range recs {
 		if r.Code != 1001 && r.Code != closeAbnormal {
