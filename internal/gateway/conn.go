@@ -536,7 +536,7 @@ func (c *conn) closeWithReasonLocked(code int, reason string) {
 		// leaves presence, routes and wsgate_connections now (contract
 		// 22); teardown's own forget then finds nothing left to do.
 		c.n.events.endedLocked(c)
-		go c.n.forget(c)
+		c.n.spawn(func() { c.n.forget(c) })
 	}
 	c.logger().Info("closing connection", "code", code, "reason", reason)
 	if wasResuming || (!c.writing && !c.waitOut) {
@@ -576,7 +576,7 @@ func (c *conn) teardownLocked(why string) {
 	c.logger().Debug("connection ended", "why", why)
 	c.n.events.endedLocked(c)
 	// Everything else outside the lock, off this goroutine.
-	go c.n.forget(c)
+	c.n.spawn(func() { c.n.forget(c) })
 }
 
 func writev(fd int, bufs [][]byte) (int, error) {

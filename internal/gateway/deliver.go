@@ -115,11 +115,14 @@ func (n *Node) fanOut(conns []*conn, d *delivery) {
 		per := (len(b.conns) + parts - 1) / parts
 		for i := 0; i < len(b.conns); i += per {
 			chunk := b.conns[i:min(i+per, len(b.conns))]
-			go func() {
+			flush := func() {
 				for _, c := range chunk {
 					c.flush()
 				}
-			}()
+			}
+			if !n.goFunc(flush) {
+				flush() // shutting down: the connections are gone or going
+			}
 		}
 	})
 }

@@ -320,6 +320,16 @@ func (n *Node) goFunc(f func()) bool {
 	return true
 }
 
+// spawn starts f through goFunc, so that Shutdown waits for it. Work a
+// connection still owes (its forget, its queued acks) is not dropped if
+// it comes after Shutdown's wait began (no connection is left by then,
+// so in practice it never does): f then runs on a goroutine of its own.
+func (n *Node) spawn(f func()) {
+	if !n.goFunc(f) {
+		go f()
+	}
+}
+
 // startHandshake counts a handshake in flight; false once Shutdown has
 // started (the handshake is refused). endHandshake is its end.
 func (n *Node) startHandshake() bool {

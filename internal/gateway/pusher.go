@@ -262,7 +262,7 @@ func (c *conn) pusherMessage(payload []byte) bool {
 	x.inq = append(x.inq, cf)
 	if !c.running {
 		c.running = true
-		go c.runInbound()
+		c.n.spawn(c.runInbound)
 	}
 	c.mu.Unlock()
 	return true

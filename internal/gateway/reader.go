@@ -305,7 +305,7 @@ func (c *conn) onClientMessage(op byte, payload []byte) (more, limited bool) {
 	x.inq = append(x.inq, cf)
 	if !c.running {
 		c.running = true
-		go c.runInbound()
+		c.n.spawn(c.runInbound)
 	}
 	c.mu.Unlock()
 	return true, false
