@@ -8,6 +8,10 @@ import (
 	"github.com/wsgate/wsgate/protocol"
 )
 
+// MaxRoomSince bounds the room_since parameters of one handshake (and
+// the rooms of an SSE cursor).
+const MaxRoomSince = 1000
+
 // ParseRoomSince reads the room_since handshake parameters (contract 3):
 // each is ROOM:SEQ, split at the last ':' (a room name may hold ':'), SEQ
 // a non-negative integer. A room named twice keeps the lower seq (nothing

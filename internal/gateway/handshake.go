@@ -45,7 +45,7 @@ func (n *Node) admit(req *admission.Request) (admission.Params, *admission.Refus
 		return a, f
 	}
 	a.Deflate = n.acceptsDeflate(req)
-	if f := a.ParseQuery(req.Query, maxRoomSince); f != nil {
+	if f := a.ParseQuery(req.Query, admission.MaxRoomSince); f != nil {
 		return a, f
 	}
 	return n.gate.Credentials(context.Background(), req, a, false)

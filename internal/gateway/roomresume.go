@@ -8,9 +8,6 @@ import (
 	"github.com/wsgate/wsgate/internal/cluster"
 )
 
-// maxRoomSince bounds the room_since parameters of one handshake.
-const maxRoomSince = 1000
-
 // roomResume is what a new connection needs of its reliable rooms: their
 // seqs for the welcome, each stream's starting position, and the replays
 // that room_since asked for.
