@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/cluster"
+	"github.com/wsgate/wsgate/internal/fleet"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -30,57 +31,33 @@ func (n *Node) drain(trigger string) {
 	}
 	cancel()
 
-	deadline := time.Now().Add(n.cfg.DrainTimeout)
-	const tick = 50 * time.Millisecond
-	perTick := n.cfg.DrainRate * tick.Seconds()
-	budget := 0.0
-	var targets []cluster.NodeInfo
-	lastTargets := time.Time{}
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	redirected := 0
-	for {
-		conns := n.openConns()
-		n.metrics.DrainRemaining.Set(float64(n.hub.count()))
-		if len(conns) == 0 && n.hub.count() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			log.Warn("drain timeout: closing the remaining connections", "remaining", len(conns))
-			for _, c := range conns {
-				c.close(protocol.CloseGoingAway, "node shutting down")
-			}
-			n.waitEmpty(3 * time.Second)
-			break
-		}
-		if time.Since(lastTargets) > time.Second {
-			targets = n.drainTargets()
-			lastTargets = time.Now()
-		}
-		if n.cfg.DrainRate <= 0 {
-			budget = float64(len(conns))
-		} else {
-			budget = min(budget+perTick, max(perTick, 1))
-		}
-		for len(conns) > 0 && budget >= 1 {
-			c := conns[0]
-			conns = conns[1:]
-			budget--
-			n.redirect(c, targets)
-			redirected++
-		}
-		select {
-		case <-t.C:
-		case <-n.ctx.Done():
-			return
-		}
+	redirected, done := fleet.Drain[*conn](n.ctx, drainee{n}, fleet.DrainOptions{
+		Rate: n.cfg.DrainRate, Timeout: n.cfg.DrainTimeout, Log: log,
+		Remaining: func(left int) { n.metrics.DrainRemaining.Set(float64(left)) },
+	})
+	if !done {
+		return
 	}
-	n.metrics.DrainRemaining.Set(0)
 	ctx, cancel = context.WithTimeout(context.Background(), 4*time.Second)
 	n.retire(ctx)
 	cancel()
 	log.Info("drain finished", "redirected", redirected)
 	close(n.drained)
+}
+
+// drainee is the node as fleet.Drain moves its connections.
+type drainee struct{ n *Node }
+
+func (d drainee) Open() []*conn                                { return d.n.openConns() }
+func (d drainee) Held() int                                    { return d.n.hub.count() }
+func (d drainee) Targets() []cluster.NodeInfo                  { return d.n.drainTargets() }
+func (d drainee) Redirect(c *conn, targets []cluster.NodeInfo) { d.n.redirect(c, targets) }
+
+func (d drainee) CloseRest(conns []*conn) {
+	for _, c := range conns {
+		c.close(protocol.CloseGoingAway, "node shutting down")
+	}
+	d.n.waitEmpty(3 * time.Second)
 }
 
 // openConns lists connections not yet closing.
