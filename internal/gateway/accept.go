@@ -23,6 +23,7 @@ import (
 	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/proxyproto"
+	"github.com/wsgate/wsgate/internal/tlsrec"
 )
 
 // The node's own accept path, for plain TCP listeners.
@@ -428,11 +429,11 @@ func (h *hsConn) upgradeLocked(req []byte) (r admission.Request, resp []byte, ok
 
 // refuseTaken answers a handshake whose socket the handler has handed on
 // (a goroutine of its own judges it) with f and closes it.
-func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsState, f *admission.Refusal) {
+func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsrec.State, f *admission.Refusal) {
 	n.metrics.HandshakeRejected.WithLabelValues(f.Reason).Inc()
 	b := f.Response()
 	if tr != nil {
-		b = tr.out.seal(nil, recordAppData, b)
+		b = tr.Out.Seal(nil, tlsrec.TypeAppData, b)
 	}
 	_, _ = unix.Write(fd, b)
 	n.poller.Unregister(fd, tok)
@@ -442,7 +443,7 @@ func (n *Node) refuseTaken(fd int, tok netpoll.Token, tr *tlsState, f *admission
 // establishOwn runs the backend step of an admitted handshake and sends
 // the 101 with the welcome. tr is the record layer of a TLS connection
 // (nil: plain).
-func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsState, a admission.Params, resp, initial []byte) {
+func (n *Node) establishOwn(fd int, tok netpoll.Token, tr *tlsrec.State, a admission.Params, resp, initial []byte) {
 	if a.Deflate { // both own paths, plain and TLS on the loop
 		resp = with101Extension(resp)
 	}

@@ -60,7 +60,7 @@ func (c *conn) accountPartial(was bool) {
 			held += int64(cap(c.frag.data))
 		}
 		if c.tr != nil {
-			held += int64(cap(c.tr.rpart))
+			held += int64(cap(c.tr.RPart))
 		}
 	}
 	old := ps.held.Swap(held)

@@ -15,6 +15,7 @@ import (
 	"github.com/wsgate/wsgate/internal/metrics"
 	"github.com/wsgate/wsgate/internal/netpoll"
 	"github.com/wsgate/wsgate/internal/session"
+	"github.com/wsgate/wsgate/internal/tlsrec"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -54,9 +55,9 @@ type conn struct {
 	n  *Node
 	mu sync.Mutex
 
-	fd       int       // the socket, owned by the event loop (-1 with tlsc)
-	tlsc     *tlsIO    // TLS 1.2 connections (goroutine path, tls.go)
-	tr       *tlsState // TLS 1.3 connections held by the event loop (tlsconn.go)
+	fd       int           // the socket, owned by the event loop (-1 with tlsc)
+	tlsc     *tlsIO        // TLS 1.2 connections (goroutine path, tls.go)
+	tr       *tlsrec.State // TLS 1.3 connections held by the event loop (tlsconn.go)
 	token    netpoll.Token
 	state    uint8
 	writing  bool // a writer owns the socket's output (in the pool or writing)

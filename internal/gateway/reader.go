@@ -57,7 +57,7 @@ func (c *conn) feed(b []byte) {
 	if len(b) > 0 && !c.consume(append([]byte(nil), b...)) {
 		return
 	}
-	if c.tr != nil && len(c.tr.rpart) > 0 {
+	if c.tr != nil && len(c.tr.RPart) > 0 {
 		c.consumeTLS(nil) // records read with the handshake, after its request
 	}
 }
@@ -132,7 +132,7 @@ const partialFrameTimeout = 10 * time.Second
 // holdsPartial reports whether the reader keeps an unfinished frame or
 // message (reader only).
 func (c *conn) holdsPartial() bool {
-	return len(c.rbuf) > 0 || c.frag != nil || (c.tr != nil && len(c.tr.rpart) > 0)
+	return len(c.rbuf) > 0 || c.frag != nil || (c.tr != nil && len(c.tr.RPart) > 0)
 }
 
 // expirePartial closes with 1008 the connections whose unfinished frame

@@ -92,7 +92,7 @@ func (n *Node) sweepOne(c *conn, now, interval, pongTimeout int64) {
 	}
 	c.warnExpiringLocked(now)
 	if c.tr != nil {
-		c.tr.idle()
+		c.tr.Idle()
 	}
 	if now >= c.nextPing {
 		c.nextPing = now + interval

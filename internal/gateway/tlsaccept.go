@@ -18,6 +18,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/admission"
 	"github.com/wsgate/wsgate/internal/netpoll"
+	"github.com/wsgate/wsgate/internal/tlsrec"
 )
 
 // TLS on the node's own accept path.
@@ -29,7 +30,7 @@ import (
 // waits for the loop's readable signal. The upgrade request is read
 // through the tls.Conn too. For a TLS 1.3 WebSocket request the tls.Conn
 // is then dropped and the connection is held by the event loop with the
-// record layer of tlsrecord.go, keyed with the traffic secrets crypto/tls
+// record layer of internal/tlsrec, keyed with the traffic secrets crypto/tls
 // wrote to the connection's key log. For that hand-over to be exact,
 // hsSock gives crypto/tls one record at a time, never a byte past the
 // record it asked for: when the request is complete the tls.Conn holds
@@ -233,7 +234,7 @@ func (n *Node) tlsHandshake(s *hsSock) {
 // for a request to refuse.
 func readRequest(tc *tls.Conn) (req []byte, end int, f *admission.Refusal) {
 	// A whole record's plaintext fits: tc never keeps part of one.
-	rb := make([]byte, maxPlaintext+256)
+	rb := make([]byte, tlsrec.MaxPlaintext+256)
 	for {
 		m, err := tc.Read(rb)
 		if m > 0 {
@@ -261,7 +262,7 @@ func readRequest(tc *tls.Conn) (req []byte, end int, f *admission.Refusal) {
 // judgeTLS is finishLocked for a TLS 1.3 WebSocket request, on the
 // handshake goroutine: the connection's socket now belongs to the record
 // layer tr.
-func (n *Node) judgeTLS(s *hsSock, tr *tlsState, req, rest []byte) {
+func (n *Node) judgeTLS(s *hsSock, tr *tlsrec.State, req, rest []byte) {
 	fd, tok := s.fd, s.tok
 	s.fd = -1
 	u, err := scanHead(req)
@@ -327,7 +328,7 @@ type hsSock struct {
 	// number and the server has sent nothing after its Finished.
 	watching bool
 	odd      bool
-	seen     trafficKeys
+	seen     tlsrec.Keys
 	scratch  []byte
 
 	rt net.Conn // once handed to net/http: the socket in the Go runtime
@@ -345,7 +346,7 @@ func signal(ch chan struct{}) {
 
 // hsBufs are handshake read buffers: a whole record and a bit.
 var hsBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, recordHeaderLen+maxCiphertext+512)
+	b := make([]byte, 0, tlsrec.HeaderLen+tlsrec.MaxCiphertext+512)
 	return &b
 }}
 
@@ -382,10 +383,10 @@ func (s *hsSock) Read(p []byte) (int, error) {
 	}
 	for {
 		avail := len(s.buf) - s.off
-		if s.given == s.recEnd && avail >= recordHeaderLen {
-			size := recordHeaderLen + int(binary.BigEndian.Uint16(s.buf[s.off+3:]))
+		if s.given == s.recEnd && avail >= tlsrec.HeaderLen {
+			size := tlsrec.HeaderLen + int(binary.BigEndian.Uint16(s.buf[s.off+3:]))
 			if s.watching && !s.odd {
-				if size <= recordHeaderLen+maxCiphertext && avail < size {
+				if size <= tlsrec.HeaderLen+tlsrec.MaxCiphertext && avail < size {
 					// The whole record first (it fits in buf).
 					if err := s.fill(); err != nil {
 						return 0, err
@@ -417,7 +418,7 @@ func (s *hsSock) watch(suite uint16) {
 		return
 	}
 	var err error
-	if s.seen, err = newTrafficKeys(suite, s.client); err != nil {
+	if s.seen, err = tlsrec.NewKeys(suite, s.client); err != nil {
 		s.odd = true
 	}
 }
@@ -425,12 +426,12 @@ func (s *hsSock) watch(suite uint16) {
 // inspect opens a copy of the whole record rec (header and body) with
 // the followed keys and sets odd unless it is application data.
 func (s *hsSock) inspect(rec []byte) {
-	if rec[0] != recordAppData || len(rec) != recordHeaderLen+int(binary.BigEndian.Uint16(rec[3:])) {
+	if rec[0] != tlsrec.TypeAppData || len(rec) != tlsrec.HeaderLen+int(binary.BigEndian.Uint16(rec[3:])) {
 		s.odd = true
 		return
 	}
 	s.scratch = append(s.scratch[:0], rec...)
-	if ctype, _, err := s.seen.open(s.scratch); err != nil || ctype != recordAppData {
+	if ctype, _, err := s.seen.Open(s.scratch); err != nil || ctype != tlsrec.TypeAppData {
 		s.odd = true
 	}
 }
@@ -445,7 +446,7 @@ func (s *hsSock) fill() error {
 		s.off = 0
 	}
 	if len(s.buf) == cap(s.buf) {
-		return errRecordOverflow // cannot happen: a record fits
+		return tlsrec.ErrOverflow // cannot happen: a record fits
 	}
 	for {
 		n, err := unix.Read(s.fd, s.buf[len(s.buf):cap(s.buf)])
@@ -569,7 +570,7 @@ func (s *hsSock) toRuntime() bool {
 	// crypto/tls keeps the connection for its life, and hsSock under it:
 	// what only the hand-over to the loop needed goes.
 	s.client, s.server, s.scratch = nil, nil, nil
-	s.seen = trafficKeys{}
+	s.seen = tlsrec.Keys{}
 	return true
 }
 
@@ -580,7 +581,7 @@ func (s *hsSock) releaseBuf() {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	if s.rt == nil && s.buf != nil && cap(s.buf) == recordHeaderLen+maxCiphertext+512 {
+	if s.rt == nil && s.buf != nil && cap(s.buf) == tlsrec.HeaderLen+tlsrec.MaxCiphertext+512 {
 		b := s.buf[:0]
 		s.buf = nil
 		hsBufs.Put(&b)
@@ -591,7 +592,7 @@ func (s *hsSock) releaseBuf() {
 // done: read keys at the client's sequence number (the application data
 // records read since the handshake, and nothing else came: !s.odd),
 // write keys at 0, and the records already read in rpart.
-func (s *hsSock) recordLayer(suite uint16) (*tlsState, error) {
+func (s *hsSock) recordLayer(suite uint16) (*tlsrec.State, error) {
 	if s.given != s.recEnd {
 		return nil, errors.New("request ends inside a record")
 	}
@@ -601,21 +602,21 @@ func (s *hsSock) recordLayer(suite uint16) (*tlsState, error) {
 	if s.client == nil || s.server == nil {
 		return nil, errors.New("no traffic secrets in the key log")
 	}
-	in, err := newTrafficKeys(suite, s.client)
+	in, err := tlsrec.NewKeys(suite, s.client)
 	if err != nil {
 		return nil, err
 	}
-	out, err := newTrafficKeys(suite, s.server)
+	out, err := tlsrec.NewKeys(suite, s.server)
 	if err != nil {
 		return nil, err
 	}
-	in.seq = s.seen.seq
-	tr := &tlsState{in: in, out: out}
+	in.Seq = s.seen.Seq
+	tr := &tlsrec.State{In: in, Out: out}
 	if s.off < len(s.buf) {
-		tr.rpart = append(make([]byte, 0, len(s.buf)-s.off+512), s.buf[s.off:]...)
+		tr.RPart = append(make([]byte, 0, len(s.buf)-s.off+512), s.buf[s.off:]...)
 	}
 	s.client, s.server, s.scratch = nil, nil, nil
-	s.seen = trafficKeys{}
+	s.seen = tlsrec.Keys{}
 	return tr, nil
 }
 

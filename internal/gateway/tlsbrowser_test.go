@@ -11,6 +11,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/testutil/chromiumtest"
+	"github.com/wsgate/wsgate/internal/tlsrec"
 
 	"github.com/chromedp/chromedp"
 
@@ -19,7 +20,7 @@ import (
 
 // Headless Chromium (BoringSSL) opens a wss:// WebSocket to a node with
 // a self-signed certificate: TLS 1.3 on the loop's record layer, with
-// the node's own KeyUpdates every keyUpdateAfter records (here 4).
+// the node's own KeyUpdates every tlsrec.KeyUpdateAfter records (here 4).
 func TestTLSChromiumWebSocket(t *testing.T) {
 	setKeyUpdateAfter(t, 4)
 	n := tlsNode(t, nil)
@@ -81,7 +82,7 @@ func TestTLSChromiumWebSocket(t *testing.T) {
 	}
 	// Messages of about a record each, even compressed (Chromium offers
 	// permessage-deflate), so that the node seals far more than
-	// keyUpdateAfter records.
+	// tlsrec.KeyUpdateAfter records.
 	const k = 40
 	rnd := make([]byte, 15<<10)
 	rand.Read(rnd)
@@ -112,9 +113,9 @@ func TestTLSChromiumWebSocket(t *testing.T) {
 	}
 	sc := n.hub.userConns("chrome")[0]
 	sc.mu.Lock()
-	seq := sc.tr.out.seq
+	seq := sc.tr.Out.Seq
 	sc.mu.Unlock()
-	if seq > keyUpdateAfter+sealBatch/maxPlaintext+2 { // a batch's records go under one key
-		t.Fatalf("the node's write sequence is %d: no KeyUpdate every %d records", seq, keyUpdateAfter)
+	if seq > tlsrec.KeyUpdateAfter+tlsrec.SealBatch/tlsrec.MaxPlaintext+2 { // a batch's records go under one key
+		t.Fatalf("the node's write sequence is %d: no KeyUpdate every %d records", seq, tlsrec.KeyUpdateAfter)
 	}
 }

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/tlsrec"
 	"golang.org/x/sys/unix"
 )
 
 // A connection whose TLS the event loop holds (c.tr != nil): reading and
-// writing through the record layer of tlsrecord.go. Its socket, token,
+// writing through the record layer of internal/tlsrec. Its socket, token,
 // queue and write buffer are those of a plain connection.
 
 // consumeTLS decrypts the records in data (read into the loop's buffer,
@@ -17,22 +18,22 @@ import (
 func (c *conn) consumeTLS(data []byte) bool {
 	t := c.tr
 	was := c.holdsPartial()
-	if len(t.rpart) > 0 {
-		t.rpart = append(t.rpart, data...)
-		data = t.rpart
+	if len(t.RPart) > 0 {
+		t.RPart = append(t.RPart, data...)
+		data = t.RPart
 	}
 	c.mu.Lock() // the read keys are shared with the sweep (idle)
-	app, rest, res := t.readRecords(data)
+	app, rest, res := t.ReadRecords(data)
 	c.mu.Unlock()
 	// Keep an incomplete record for the next read, in a buffer of its
 	// own (or at the front of the one it is in) while it is incomplete.
 	switch {
 	case len(rest) == 0:
-		t.rpart = nil
-	case len(t.rpart) > 0 && &data[0] == &t.rpart[0]:
+		t.RPart = nil
+	case len(t.RPart) > 0 && &data[0] == &t.RPart[0]:
 		// app is data[:len(app)], before rest: move rest after it is parsed.
 	default:
-		t.rpart = append(make([]byte, 0, len(rest)+512), rest...)
+		t.RPart = append(make([]byte, 0, len(rest)+512), rest...)
 		rest = nil
 	}
 	ok := true
@@ -40,30 +41,30 @@ func (c *conn) consumeTLS(data []byte) bool {
 		ok = c.consume(app)
 	}
 	if rest != nil {
-		if cap(t.rpart) > 2*(recordHeaderLen+maxCiphertext) {
-			t.rpart = append(make([]byte, 0, len(rest)+512), rest...)
+		if cap(t.RPart) > 2*(tlsrec.HeaderLen+tlsrec.MaxCiphertext) {
+			t.RPart = append(make([]byte, 0, len(rest)+512), rest...)
 		} else {
-			t.rpart = t.rpart[:copy(t.rpart, rest)]
+			t.RPart = t.RPart[:copy(t.RPart, rest)]
 		}
 	}
-	if res.wantKeyUpdate && ok {
+	if res.WantKeyUpdate && ok {
 		c.mu.Lock()
-		t.keyUpdate = true
+		t.KeyUpdate = true
 		if c.state != stClosed && !c.writing && !c.waitOut {
 			c.writeOutLocked()
 		}
 		c.mu.Unlock()
 	}
-	if res.err != nil && ok {
+	if res.Err != nil && ok {
 		ok = false
-		why := "tls: " + res.err.Error()
-		if errors.Is(res.err, errCloseNotify) {
+		why := "tls: " + res.Err.Error()
+		if errors.Is(res.Err, tlsrec.ErrCloseNotify) {
 			why = "read: peer closed (close_notify)"
 		} else {
-			c.logger().Info("TLS record refused; closing", "err", res.err)
+			c.logger().Info("TLS record refused; closing", "err", res.Err)
 		}
 		c.mu.Lock()
-		t.rpart = nil
+		t.RPart = nil
 		c.teardownLocked(why)
 		c.mu.Unlock()
 	}
@@ -72,7 +73,7 @@ func (c *conn) consumeTLS(data []byte) bool {
 }
 
 // writeTLSLocked is writeOutLocked for a loop-held TLS connection: the
-// queued frames (whole, up to sealBatch bytes of them) are sealed into a
+// queued frames (whole, up to tlsrec.SealBatch bytes of them) are sealed into a
 // pooled scratch buffer as few records as fit and written with one
 // write; only an unsent rest is copied, into wbuf. A frame shared by a
 // broadcast stays encoded once: only the sealing is per connection.
@@ -82,33 +83,33 @@ func (c *conn) writeTLSLocked() {
 		if !c.writeRestLocked() {
 			return
 		}
-		if len(c.outq) == 0 && !t.keyUpdate {
+		if len(c.outq) == 0 && !t.KeyUpdate {
 			return
 		}
-		if t.out.seq >= keyUpdateAfter {
-			t.keyUpdate = true // a batch seals a few records: far from the limit
+		if t.Out.Seq >= tlsrec.KeyUpdateAfter {
+			t.KeyUpdate = true // a batch seals a few records: far from the limit
 		}
-		sp := sealScratch.Get().(*[]byte)
-		w := recordWriter{b: (*sp)[:0], open: -1, keys: &t.out, ctype: recordHandshake}
-		if t.keyUpdate {
+		sp := tlsrec.Scratch.Get().(*[]byte)
+		w := tlsrec.NewWriter((*sp)[:0], &t.Out, tlsrec.TypeHandshake)
+		if t.KeyUpdate {
 			// Our KeyUpdate is the last record under the old key.
-			w.write(keyUpdateMsg)
-			w.finish()
-			if err := t.out.update(); err != nil {
-				sealScratch.Put(sp)
+			w.Write(tlsrec.KeyUpdateMsg)
+			w.Finish()
+			if err := t.Out.Update(); err != nil {
+				tlsrec.Scratch.Put(sp)
 				c.teardownLocked("tls: key update: " + err.Error())
 				return
 			}
-			t.keyUpdate = false
+			t.KeyUpdate = false
 		}
-		w.ctype = recordAppData
+		w.Type = tlsrec.TypeAppData
 		k, size := 0, 0
-		for ; k < len(c.outq) && (k == 0 || size+len(c.outq[k]) <= sealBatch); k++ {
-			w.write(c.outq[k])
+		for ; k < len(c.outq) && (k == 0 || size+len(c.outq[k]) <= tlsrec.SealBatch); k++ {
+			w.Write(c.outq[k])
 			size += len(c.outq[k])
 		}
-		w.finish()
-		out := w.b
+		w.Finish()
+		out := w.B
 		n, err := unix.Write(c.fd, out)
 		if err != nil && err != unix.EAGAIN && err != unix.EINTR {
 			c.putScratch(sp, out)
@@ -153,9 +154,9 @@ func (c *conn) writeTLSLocked() {
 }
 
 func (c *conn) putScratch(sp *[]byte, b []byte) {
-	if cap(b) <= 2*sealBatch {
+	if cap(b) <= 2*tlsrec.SealBatch {
 		*sp = b[:0]
-		sealScratch.Put(sp)
+		tlsrec.Scratch.Put(sp)
 	}
 }
 
@@ -168,7 +169,7 @@ func (c *conn) writeRawLocked(b []byte) {
 		return
 	}
 	if c.tr != nil {
-		b = c.tr.out.seal(nil, recordAppData, b)
+		b = c.tr.Out.Seal(nil, tlsrec.TypeAppData, b)
 	}
 	_, _ = unix.Write(c.fd, b)
 }
@@ -177,6 +178,6 @@ func (c *conn) writeRawLocked(b []byte) {
 // the half-close).
 func (c *conn) closeNotifyLocked() {
 	if c.tr != nil && len(c.wbuf) == 0 {
-		_, _ = unix.Write(c.fd, c.tr.out.seal(nil, recordAlert, closeNotifyAlert))
+		_, _ = unix.Write(c.fd, c.tr.Out.Seal(nil, tlsrec.TypeAlert, tlsrec.CloseNotifyAlert))
 	}
 }

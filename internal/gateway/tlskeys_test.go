@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/tlsrec"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -34,7 +35,7 @@ func handshakeTLS(t testing.TB, n *testNode, cfg *tls.Config) *recConn {
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := newTrafficKeys(tc.ConnectionState().CipherSuite, kl.lines["CLIENT_TRAFFIC_SECRET_0"])
+	out, err := tlsrec.NewKeys(tc.ConnectionState().CipherSuite, kl.lines["CLIENT_TRAFFIC_SECRET_0"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func upgradeOn(t testing.TB, rc *recConn, user string, read bool) *wsClient {
 }
 
 // ccsRecord is a compatibility ChangeCipherSpec record (plaintext).
-var ccsRecord = []byte{recordCCS, 3, 3, 0, 1, 1}
+var ccsRecord = []byte{tlsrec.TypeCCS, 3, 3, 0, 1, 1}
 
 // Contract §22: a KeyUpdate (asked for or not) or a ChangeCipherSpec
 // before the upgrade request. crypto/tls on the node follows the
@@ -138,7 +139,7 @@ func TestTLSLoopChangeCipherSpec(t *testing.T) {
 	pub(t, n, api.PublishRequest{Target: protocol.Target{Type: "user", ID: "ccs"}, Event: "e", Data: raw(`1`)})
 	c.expect("message")
 	// A malformed one ends the connection.
-	rc.writeRaw([]byte{recordCCS, 3, 3, 0, 1, 2})
+	rc.writeRaw([]byte{tlsrec.TypeCCS, 3, 3, 0, 1, 2})
 	c.waitClosed(5 * time.Second)
 }
 
@@ -148,11 +149,11 @@ func (c *recConn) paddedRecord(ctype byte, pad int) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	plain := append([]byte{ctype}, make([]byte, pad)...)
-	rec := []byte{recordAppData, 3, 3, 0, 0}
+	rec := []byte{tlsrec.TypeAppData, 3, 3, 0, 0}
 	rec[3], rec[4] = byte((len(plain)+16)>>8), byte(len(plain)+16)
 	var nb [12]byte
-	rec = c.out.aeadNow().Seal(rec, c.out.nonce(&nb), plain, rec[:recordHeaderLen])
-	c.out.seq++
+	rec = c.out.AEAD().Seal(rec, c.out.Nonce(&nb), plain, rec[:tlsrec.HeaderLen])
+	c.out.Seq++
 	return rec
 }
 
@@ -166,9 +167,9 @@ func TestTLSLoopUselessRecords(t *testing.T) {
 		for i := 0; i < k; i++ {
 			switch i % 3 {
 			case 0:
-				b = append(b, rc.sealed(recordAppData, nil)...)
+				b = append(b, rc.sealed(tlsrec.TypeAppData, nil)...)
 			case 1:
-				b = append(b, rc.paddedRecord(recordAppData, 200)...)
+				b = append(b, rc.paddedRecord(tlsrec.TypeAppData, 200)...)
 			default:
 				b = append(b, ccsRecord...)
 			}
@@ -177,7 +178,7 @@ func TestTLSLoopUselessRecords(t *testing.T) {
 	}
 	c, rc := dialTLS(t, n, "useless", true, nil)
 	for i := 0; i < 3; i++ {
-		rc.writeRaw(useless(rc, maxUselessRecords))
+		rc.writeRaw(useless(rc, tlsrec.MaxUselessRecords))
 		c.send(`{"type":"ping","ts":1}`)
 		c.expect("pong")
 	}
@@ -186,26 +187,26 @@ func TestTLSLoopUselessRecords(t *testing.T) {
 	eventually(t, 5*time.Second, "the connection forgotten", func() bool { return n.hub.count() == 0 })
 }
 
-// setKeyUpdateAfter sets keyUpdateAfter for the test: call it before the
+// setKeyUpdateAfter sets tlsrec.KeyUpdateAfter for the test: call it before the
 // test starts its nodes, whose cleanups run before the old value comes
 // back.
 func setKeyUpdateAfter(t *testing.T, v uint64) {
-	old := keyUpdateAfter
-	keyUpdateAfter = v
-	t.Cleanup(func() { keyUpdateAfter = old })
+	old := tlsrec.KeyUpdateAfter
+	tlsrec.KeyUpdateAfter = v
+	t.Cleanup(func() { tlsrec.KeyUpdateAfter = old })
 }
 
-// The node sends its own KeyUpdate every keyUpdateAfter records (here
+// The node sends its own KeyUpdate every tlsrec.KeyUpdateAfter records (here
 // 4): a crypto/tls client reads everything across the rotations.
 func TestTLSLoopOwnKeyUpdate(t *testing.T) {
 	setKeyUpdateAfter(t, 4)
 	n := tlsNode(t, nil)
 	c, _ := dialTLS(t, n, "rot", true, nil)
 	sc := n.hub.userConns("rot")[0]
-	keys := func() trafficKeys {
+	keys := func() tlsrec.Keys {
 		sc.mu.Lock()
 		defer sc.mu.Unlock()
-		return sc.tr.out
+		return sc.tr.Out
 	}
 	first := keys()
 	const k = 100
@@ -219,8 +220,8 @@ func TestTLSLoopOwnKeyUpdate(t *testing.T) {
 	}
 	// The write secret now is the first one updated some times over.
 	last, rotations := keys(), 0
-	for first.secret != last.secret {
-		if err := first.update(); err != nil {
+	for first.Secret() != last.Secret() {
+		if err := first.Update(); err != nil {
 			t.Fatal(err)
 		}
 		if rotations++; rotations > 10*k {
@@ -229,7 +230,7 @@ func TestTLSLoopOwnKeyUpdate(t *testing.T) {
 	}
 	t.Logf("%d KeyUpdates for %d messages", rotations, 2*k)
 	if rotations < k/4 {
-		t.Fatalf("%d KeyUpdates from the node after %d records, want one every %d records", rotations, 2*k, keyUpdateAfter)
+		t.Fatalf("%d KeyUpdates from the node after %d records, want one every %d records", rotations, 2*k, tlsrec.KeyUpdateAfter)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/tlsrec"
 )
 
 // halfOpen connects and sends the first byte of a ClientHello: the node
@@ -23,7 +24,7 @@ func halfOpen(t *testing.T, n *testNode) (net.Conn, chan struct{}) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if _, err := c.Write([]byte{recordHandshake}); err != nil {
+	if _, err := c.Write([]byte{tlsrec.TypeHandshake}); err != nil {
 		t.Fatal(err)
 	}
 	gone := make(chan struct{})

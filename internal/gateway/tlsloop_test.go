@@ -19,6 +19,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/api"
 	"github.com/wsgate/wsgate/internal/config"
+	"github.com/wsgate/wsgate/internal/tlsrec"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -32,7 +33,7 @@ type recConn struct {
 	tc       *tls.Conn
 
 	mu    sync.Mutex
-	out   trafficKeys
+	out   tlsrec.Keys
 	split int  // plaintext bytes per record (0: as many as fit)
 	trick bool // write each record in two halves, one syscall each
 }
@@ -48,7 +49,7 @@ func (c *recConn) Write(p []byte) (int, error) {
 		if c.split > 0 {
 			k = min(k, c.split)
 		}
-		rec := c.out.seal(nil, recordAppData, p[:k])
+		rec := c.out.Seal(nil, tlsrec.TypeAppData, p[:k])
 		p = p[k:]
 		if c.trick {
 			if _, err := c.Conn.Write(rec[:len(rec)/2]); err != nil {
@@ -74,12 +75,12 @@ func (c *recConn) writeRaw(b []byte) {
 func (c *recConn) keyUpdate(requested bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	msg := []byte{hsKeyUpdate, 0, 0, 1, 0}
+	msg := []byte{tlsrec.HandshakeKeyUpdate, 0, 0, 1, 0}
 	if requested {
 		msg[4] = 1
 	}
-	c.Conn.Write(c.out.seal(nil, recordHandshake, msg))
-	if err := c.out.update(); err != nil {
+	c.Conn.Write(c.out.Seal(nil, tlsrec.TypeHandshake, msg))
+	if err := c.out.Update(); err != nil {
 		panic(err)
 	}
 }
@@ -88,7 +89,7 @@ func (c *recConn) keyUpdate(requested bool) {
 func (c *recConn) sealed(ctype byte, plain []byte) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.out.seal(nil, ctype, plain)
+	return c.out.Seal(nil, ctype, plain)
 }
 
 type keyLogLines struct {
@@ -204,7 +205,8 @@ func TestTLSLoopKeyUpdate(t *testing.T) {
 	writeSecret := func() string {
 		sc.mu.Lock()
 		defer sc.mu.Unlock()
-		return string(sc.tr.out.secret[:])
+		s := sc.tr.Out.Secret()
+		return string(s[:])
 	}
 	for i := 0; i < 3; i++ {
 		before := writeSecret()
@@ -234,7 +236,7 @@ func TestTLSLoopFramesBehindTheRequest(t *testing.T) {
 	if err := tc.Handshake(); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := newTrafficKeys(tc.ConnectionState().CipherSuite, kl.lines["CLIENT_TRAFFIC_SECRET_0"])
+	out, _ := tlsrec.NewKeys(tc.ConnectionState().CipherSuite, kl.lines["CLIENT_TRAFFIC_SECRET_0"])
 	rc := &recConn{Conn: tcp, tc: tc, out: out}
 	req := "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer " + token(t, "eager", nil) + "\r\n\r\n"
@@ -246,9 +248,9 @@ func TestTLSLoopFramesBehindTheRequest(t *testing.T) {
 	}
 	// The request and the first ping in one record, then a record per
 	// ping, all in one write.
-	all := rc.sealed(recordAppData, append([]byte(req), pings[0]...))
-	all = append(all, rc.sealed(recordAppData, pings[1])...)
-	all = append(all, rc.sealed(recordAppData, pings[2])...)
+	all := rc.sealed(tlsrec.TypeAppData, append([]byte(req), pings[0]...))
+	all = append(all, rc.sealed(tlsrec.TypeAppData, pings[1])...)
+	all = append(all, rc.sealed(tlsrec.TypeAppData, pings[2])...)
 	rc.writeRaw(all)
 	br := bufio.NewReader(rc)
 	resp, err := http.ReadResponse(br, nil)
@@ -274,27 +276,29 @@ func TestTLSLoopBadRecordsCloseOnlyTheirConnection(t *testing.T) {
 		bad  func(rc *recConn) []byte
 	}{
 		{"flipped byte", func(rc *recConn) []byte {
-			r := rc.sealed(recordAppData, []byte("\x81\x80abcd"))
+			r := rc.sealed(tlsrec.TypeAppData, []byte("\x81\x80abcd"))
 			r[len(r)-3] ^= 1
 			return r
 		}},
 		{"wrong sequence number", func(rc *recConn) []byte {
-			rc.sealed(recordAppData, []byte("lost"))
-			return rc.sealed(recordAppData, []byte("\x89\x80abcd"))
+			rc.sealed(tlsrec.TypeAppData, []byte("lost"))
+			return rc.sealed(tlsrec.TypeAppData, []byte("\x89\x80abcd"))
 		}},
-		{"plaintext record", func(rc *recConn) []byte { return []byte{recordHandshake, 3, 3, 0, 1, 0} }},
-		{"oversized record", func(rc *recConn) []byte { return append([]byte{recordAppData, 3, 3, 0x48, 0x01}, make([]byte, 100)...) }},
+		{"plaintext record", func(rc *recConn) []byte { return []byte{tlsrec.TypeHandshake, 3, 3, 0, 1, 0} }},
+		{"oversized record", func(rc *recConn) []byte {
+			return append([]byte{tlsrec.TypeAppData, 3, 3, 0x48, 0x01}, make([]byte, 100)...)
+		}},
 		{"handshake message", func(rc *recConn) []byte {
-			return rc.sealed(recordHandshake, []byte{4, 0, 0, 1, 0}) // NewSessionTicket from a client
+			return rc.sealed(tlsrec.TypeHandshake, []byte{4, 0, 0, 1, 0}) // NewSessionTicket from a client
 		}},
 		{"empty inner content", func(rc *recConn) []byte {
 			r := rc.sealed(0, nil) // only padding, no content type
 			return r
 		}},
-		{"fatal alert", func(rc *recConn) []byte { return rc.sealed(recordAlert, []byte{2, 40}) }},
-		{"close_notify", func(rc *recConn) []byte { return rc.sealed(recordAlert, closeNotifyAlert) }},
+		{"fatal alert", func(rc *recConn) []byte { return rc.sealed(tlsrec.TypeAlert, []byte{2, 40}) }},
+		{"close_notify", func(rc *recConn) []byte { return rc.sealed(tlsrec.TypeAlert, tlsrec.CloseNotifyAlert) }},
 		{"truncated then gone", func(rc *recConn) []byte {
-			r := rc.sealed(recordAppData, []byte("\x89\x80abcd"))
+			r := rc.sealed(tlsrec.TypeAppData, []byte("\x89\x80abcd"))
 			return r[:len(r)-4]
 		}},
 	}
@@ -482,9 +486,9 @@ func TestTLSLoopIdleKeysDropped(t *testing.T) {
 	sc := n.hub.userConns("sleepy")[0]
 	for round := 0; round < 3; round++ {
 		sc.mu.Lock()
-		sc.tr.idle()
-		sc.tr.idle()
-		dropped := sc.tr.in.aead == nil && sc.tr.out.aead == nil
+		sc.tr.Idle()
+		sc.tr.Idle()
+		dropped := !sc.tr.In.HasAEAD() && !sc.tr.Out.HasAEAD()
 		sc.mu.Unlock()
 		if !dropped {
 			t.Fatal("an idle connection keeps its AEADs after two sweeps")

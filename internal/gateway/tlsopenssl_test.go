@@ -15,6 +15,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/wsgate/wsgate/internal/api"
+	"github.com/wsgate/wsgate/internal/tlsrec"
 	"github.com/wsgate/wsgate/protocol"
 )
 
@@ -181,7 +182,7 @@ func TestTLSOpenSSLKeyUpdateBeforeRequest(t *testing.T) {
 }
 
 // On the loop's record layer: s_client's KeyUpdates, and the node's own
-// every keyUpdateAfter records (here 4).
+// every tlsrec.KeyUpdateAfter records (here 4).
 func TestTLSOpenSSLKeyUpdatesBothWays(t *testing.T) {
 	setKeyUpdateAfter(t, 4)
 	n := tlsNode(t, nil)
@@ -202,11 +203,11 @@ func TestTLSOpenSSLKeyUpdatesBothWays(t *testing.T) {
 		}
 	}
 	// Since s_client's last KeyUpdate the node sealed ten records: its
-	// own KeyUpdates keep the sequence number at keyUpdateAfter or so.
+	// own KeyUpdates keep the sequence number at tlsrec.KeyUpdateAfter or so.
 	sc.mu.Lock()
-	seq := sc.tr.out.seq
+	seq := sc.tr.Out.Seq
 	sc.mu.Unlock()
-	if seq > keyUpdateAfter+4 {
-		t.Fatalf("the node's write sequence is %d: no KeyUpdate every %d records", seq, keyUpdateAfter)
+	if seq > tlsrec.KeyUpdateAfter+4 {
+		t.Fatalf("the node's write sequence is %d: no KeyUpdate every %d records", seq, tlsrec.KeyUpdateAfter)
 	}
 }
